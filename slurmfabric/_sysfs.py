@@ -1,0 +1,92 @@
+"""Shared readers for sysfs/procfs-style files, rooted anywhere so tests use fake trees.
+
+Every reader takes a path already joined with the root (see ``Root``) and never raises
+for the usual kernel quirks: a missing file, EINVAL on a GID without a netdev, ENODEV,
+or unreadable attributes all read as ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT_ENV = "SLURMFABRIC_SYSFS_ROOT"
+
+
+class Root:
+    """A filesystem root (``/`` on a real node, a fixture directory in tests)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        if root is None:
+            root = os.environ.get(ROOT_ENV) or "/"
+        self.path = Path(root)
+
+    def __call__(self, absolute: str) -> Path:
+        """Map an absolute path like ``/sys/class/net`` into this root."""
+        return self.path / absolute.lstrip("/")
+
+    def __repr__(self) -> str:
+        return f"Root({str(self.path)!r})"
+
+
+def read_text(path: str | os.PathLike[str]) -> str | None:
+    """File content stripped of surrounding whitespace, or None if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:  # ENOENT, EINVAL (GID without netdev), EACCES, ENODEV, EISDIR ...
+        return None
+
+
+def read_int(path: str | os.PathLike[str], base: int = 10) -> int | None:
+    """An integer file (``numa_node``, ``0x15b3`` with base=16), or None if unreadable/odd."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text, base)
+    except ValueError:  # "N/A (no PMA)" and friends
+        return None
+
+
+def list_dir(path: str | os.PathLike[str]) -> list[str]:
+    """Sorted entry names, or [] when the directory is absent or unreadable."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def parse_cpulist(text: str | None) -> list[int]:
+    """Parse a kernel CPU list like ``0-55,112-167`` (or ``0-7:2`` strides) into CPU ids."""
+    cpus: list[int] = []
+    if not text:
+        return cpus
+    for part in text.replace("\n", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        stride = 1
+        if ":" in part:
+            part, stride_text = part.split(":", 1)
+            stride = int(stride_text)
+        if "-" in part:
+            low, high = part.split("-", 1)
+            cpus.extend(range(int(low), int(high) + 1, stride))
+        else:
+            cpus.append(int(part))
+    return cpus
+
+
+def format_cpulist(cpus: "list[int] | set[int]") -> str:
+    """The inverse of ``parse_cpulist``: ``[0,1,2,5]`` -> ``0-2,5``."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)

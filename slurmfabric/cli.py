@@ -1,0 +1,87 @@
+"""The ``slurmfabric`` command: a tiny dispatcher that imports only the subcommand it runs.
+
+``slurmfabric env`` and ``slurmfabric launch`` run on every rank, so this module uses the
+standard library alone and does not build one big argparse tree: it looks the subcommand
+up in ``COMMANDS`` and imports ``slurmfabric.commands.<module>`` only then. Each command
+module exposes ``main(argv: list[str]) -> int`` and builds its own parser.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from slurmfabric import __version__
+from slurmfabric.errors import SlurmfabricError
+
+# name -> (module under slurmfabric.commands, one-line help). Order is the --help order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "render": ("render", "render the sbatch script for a job config"),
+    "submit": ("submit", "render and submit a job (--dry-run, --test-only)"),
+    "env": ("env", "print this task's rank and NCCL environment (export lines, json, dotenv)"),
+    "launch": ("launch", "per-task wrapper: set rank env and binding, then exec the program"),
+    "hostlist": ("hostlist", "expand, compress, count or index Slurm hostlists"),
+    "topo": ("topo", "discover GPUs, RDMA NICs and NUMA layout; show the NCCL plan"),
+    "health": ("health", "node health checks, prolog/epilog hooks, drain and resume"),
+    "nccl-log": ("nccl_log", "check NCCL_DEBUG=INFO logs for socket fallback, GDR, errors"),
+    "nccl-tests": ("nccl_tests", "parse nccl-tests output and compare with the fabric"),
+    "pairs": ("pairs", "node-pair bandwidth sweep: submit and report the slow node"),
+    "fabric": ("fabric", "InfiniBand fabric audit with infiniband-diags"),
+    "testbed": ("testbed", "start/stop a local multi-node Slurm cluster for tests and demos"),
+}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [
+        "usage: slurmfabric [--version] [--help] COMMAND [ARGS...]",
+        "",
+        "Multi-node GPU training on Slurm that starts right and fails loudly.",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run 'slurmfabric COMMAND --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def report_error(error: SlurmfabricError) -> int:
+    """Print an expected error the way every command does: no traceback, a HINT if any."""
+    for line in str(error).splitlines() or [type(error).__name__]:
+        print(f"slurmfabric: error: {line}", file=sys.stderr)
+    if error.hint:
+        print(f"HINT: {error.hint}", file=sys.stderr)
+    return error.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"slurmfabric {__version__}")
+        return 0
+    name = args[0]
+    entry = COMMANDS.get(name)
+    if entry is None:
+        print(
+            f"slurmfabric: error: unknown command {name!r}; "
+            f"choose from: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
+        return 2
+    import importlib
+
+    module = importlib.import_module(f"slurmfabric.commands.{entry[0]}")
+    try:
+        return int(module.main(args[1:]) or 0)
+    except SlurmfabricError as error:
+        return report_error(error)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
