@@ -78,7 +78,7 @@ def parse_cpulist(text: str | None) -> list[int]:
     return cpus
 
 
-def format_cpulist(cpus: "list[int] | set[int]") -> str:
+def format_cpulist(cpus: list[int] | set[int]) -> str:
     """The inverse of ``parse_cpulist``: ``[0,1,2,5]`` -> ``0-2,5``."""
     ordered = sorted(set(cpus))
     parts: list[str] = []

@@ -1,0 +1,186 @@
+"""The one module that builds Slurm command lines and parses their output.
+
+Everything that talks to sbatch, scontrol, sinfo or squeue goes through here, so that the
+rest of slurmfabric sees Python values and a failed command always surfaces Slurm's own
+error text verbatim (users search for that text). Parsers are pure functions over the
+recorded output so they are tested without a cluster. Standard library only: the prolog
+path drains nodes through ``update_node``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmfabric.errors import SlurmCommandError, SubmitError
+
+
+@dataclass(frozen=True)
+class JobId:
+    """What ``sbatch --parsable`` printed: ``123``, ``123;cluster``, ``123_4``, ``123+0``."""
+
+    job_id: str
+    cluster: str | None = None
+
+    def __str__(self) -> str:
+        return self.job_id
+
+
+_JOBID = re.compile(r"^\d+(?:_\d+|_\[[\d,\-%]+\]|\+\d+)?$")
+
+
+def parse_parsable_jobid(text: str) -> JobId:
+    """Parse ``sbatch --parsable`` output; its last non-empty line carries the id.
+
+    sbatch may print warnings before it (for example about ignored options), so only the
+    last line counts. The cluster follows a semicolon on federated/multi-cluster setups.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise SubmitError("sbatch printed no job id", hint="run sbatch by hand to see why")
+    job, _, cluster = lines[-1].partition(";")
+    if not _JOBID.match(job):
+        raise SubmitError(f"could not read a job id from sbatch output: {text.strip()!r}")
+    return JobId(job, cluster or None)
+
+
+def run(
+    cmd: list[str],
+    timeout: float = 30,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    error: type[SlurmCommandError] = SlurmCommandError,
+) -> str:
+    """Run a Slurm command and return its stdout; raise ``error`` quoting stderr verbatim."""
+    try:
+        proc = subprocess.run(
+            cmd,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise error(
+            f"{cmd[0]}: command not found",
+            hint="install Slurm's client commands or put them on PATH",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise error(f"{' '.join(cmd[:3])} did not return within {timeout:g} s") from exc
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
+        raise error(f"{cmd[0]} failed: {detail}")
+    return proc.stdout
+
+
+def sbatch_command(args: list[str] | None = None) -> list[str]:
+    """The exact sbatch command line used to submit a script read from stdin."""
+    return ["sbatch", "--parsable", *(args or [])]
+
+
+def sbatch(
+    script_text: str,
+    args: list[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> JobId:
+    """Submit a script text through ``sbatch --parsable`` (script on stdin) and parse the id."""
+    out = run(
+        sbatch_command(args),
+        timeout=timeout,
+        input=script_text,
+        env=env,
+        cwd=workdir,
+        error=SubmitError,
+    )
+    return parse_parsable_jobid(out)
+
+
+
+def parse_show_oneliner(line: str) -> dict[str, str]:
+    """Parse one ``scontrol show -o`` record into a dict.
+
+    Values may contain spaces (``Reason=slurmfabric: ib: mlx5_0 port 1 at 200 Gb/s
+    [root@2024-01-01T00:00:00]``), so a value runs until the next `` Key=`` token whose key
+    looks like a Slurm field name (starts with a capital letter).
+    """
+    fields: dict[str, str] = {}
+    starts = [m for m in re.finditer(r"(?:^|\s)([A-Z][A-Za-z0-9_:/.]*)=", line)]
+    for i, match in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
+        fields[match.group(1)] = line[match.end() : end].strip()
+    return fields
+
+
+def show(
+    kind: str, name: str | None = None, env: dict[str, str] | None = None
+) -> list[dict[str, str]]:
+    """``scontrol show -o <kind> [name]`` as a list of key/value records."""
+    cmd = ["scontrol", "show", "-o", kind]
+    if name:
+        cmd.append(name)
+    out = run(cmd, env=env)
+    return [parse_show_oneliner(line) for line in out.splitlines() if "=" in line]
+
+
+def node(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """One node's record (``NodeName``, ``NodeAddr``, ``State``, ``Reason`` ...)."""
+    records = show("node", name, env=env)
+    if not records:
+        raise SlurmCommandError(f"scontrol knows no node {name!r}")
+    return records[0]
+
+
+def job(job_id: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """One job's record (``JobState``, ``NodeList``, ``StdOut`` ...)."""
+    records = show("job", job_id, env=env)
+    if not records:
+        raise SlurmCommandError(f"scontrol knows no job {job_id!r}")
+    return records[0]
+
+
+def update_node(name: str, env: dict[str, str] | None = None, **fields: str) -> None:
+    """``scontrol update NodeName=<name> Key=Value ...``; each value is one argv item.
+
+    No shell is involved, so a reason with spaces or quotes stays data.
+    """
+    run(["scontrol", "update", f"NodeName={name}", *(f"{k}={v}" for k, v in fields.items())],
+        env=env)
+
+
+def node_state_flags(state: str) -> set[str]:
+    """``IDLE+DRAIN`` -> ``{"IDLE", "DRAIN"}``; a trailing ``*`` (not responding) is kept as
+    ``NOT_RESPONDING`` so callers need not know Slurm's suffix characters."""
+    flags = set()
+    for part in state.split("+"):
+        if part.endswith("*"):
+            flags.add("NOT_RESPONDING")
+            part = part[:-1]
+        if part:
+            flags.add(part.upper())
+    return flags
+
+
+def slurm_version(env: dict[str, str] | None = None) -> tuple[int, int, int]:
+    """The installed client's version from ``scontrol --version`` (``slurm 22.05.8``)."""
+    out = run(["scontrol", "--version"], env=env)
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    if not match:
+        raise SlurmCommandError(f"cannot read a version from {out.strip()!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def read_output_file(path: str | os.PathLike[str]) -> str:
+    """A job's output file, or '' while it does not exist yet."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
