@@ -1,0 +1,484 @@
+"""A real multi-node Slurm cluster on one machine, for tests and demos.
+
+It runs Debian's own daemons: one munged (private socket and key), one slurmctld and one
+slurmd per virtual node (``slurmd -N <name>``), each node with its own loopback address
+and an ``/etc/hosts`` name so that node names resolve like on a real cluster. Everything
+lives under one state directory; ports are non-default so it never meets a site's daemons.
+``down`` stops exactly the PIDs that ``up`` recorded. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from slurmfabric import slurmcmd
+from slurmfabric.errors import SlurmfabricError
+
+HOSTS_MARK = "# {} slurmfabric testbed {}"  # BEGIN/END, node prefix: one block per testbed
+APT_PACKAGES = ("slurm-wlm", "munge")
+DAEMONS = ("munged", "slurmctld", "slurmd")
+
+
+class TestbedError(SlurmfabricError):
+    """The local cluster could not be started or inspected."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+
+def default_state_dir() -> Path:
+    """Outside any home directory: munged runs as user munge and must reach its files."""
+    explicit = os.environ.get("SLURMFABRIC_TESTBED_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(f"/var/tmp/slurmfabric-testbed-{os.getuid()}")
+
+
+@dataclass
+class Settings:
+    """Everything that shapes the cluster; stored beside it so later calls reuse it."""
+
+    __test__ = False
+
+    state_dir: Path = field(default_factory=default_state_dir)
+    nodes: int = 4
+    prefix: str = "sfn"
+    cpus: int = 4
+    memory_mb: int = 4000
+    partition: str = "debug"
+    cluster_name: str = "sftestbed"
+    ctld_port: int = 16817
+    node_port_base: int = 16901
+    addr_prefix: str = "127.0.77."
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"{self.prefix}{i}" for i in range(1, self.nodes + 1)]
+
+    def node_addr(self, index: int) -> str:
+        return f"{self.addr_prefix}{index + 1}"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.state_dir / "etc" / "slurm.conf"
+
+    @property
+    def extra_conf_path(self) -> Path:
+        return self.state_dir / "etc" / "slurm.extra.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.state_dir / "munge" / "munge.socket"
+
+    @property
+    def pids_path(self) -> Path:
+        return self.state_dir / "pids.json"
+
+
+def render_slurm_conf(s: Settings) -> str:
+    """slurm.conf for the testbed. Settings that matter and why are commented inline."""
+    host = socket.gethostname().split(".")[0]
+    d = s.state_dir
+    names = s.node_names
+    lines = [
+        "# Written by 'slurmfabric testbed up'; rewritten on each up.",
+        f"ClusterName={s.cluster_name}",
+        # slurmctld refuses to start unless SlurmctldHost names this machine.
+        f"SlurmctldHost={host}(127.0.0.1)",
+        f"SlurmctldPort={s.ctld_port}",
+        f"SlurmdPort={s.node_port_base}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={s.munge_socket}",
+        f"StateSaveLocation={d}/ctld",
+        # %n: several slurmd share the host, each needs its own spool, pid and log file.
+        f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={d}/run/slurmctld.pid",
+        f"SlurmdPidFile={d}/run/slurmd.%n.pid",
+        f"SlurmctldLogFile={d}/log/slurmctld.log",
+        f"SlurmdLogFile={d}/log/slurmd.%n.log",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        # Declared CPUs/memory win over what slurmd detects (virtual nodes share 2 cores).
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "MpiDefault=none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "JobCompType=jobcomp/none",
+        # A failed prolog requeues the job without holding it (FACTS.md section 1).
+        "SchedulerParameters=nohold_on_prolog_fail",
+        "PrologFlags=Alloc",
+        "PrologEpilogTimeout=60",
+        "MinJobAge=600",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "SlurmctldTimeout=30",
+        "SlurmdTimeout=60",
+        f"Include {s.extra_conf_path}",
+    ]
+    for i, name in enumerate(names):
+        lines.append(
+            f"NodeName={name} NodeHostname={name} NodeAddr={s.node_addr(i)} "
+            f"Port={s.node_port_base + i} CPUs={s.cpus} RealMemory={s.memory_mb} State=UNKNOWN"
+        )
+    lines.append(
+        f"PartitionName={s.partition} Nodes={','.join(names)} Default=YES "
+        "MaxTime=INFINITE State=UP"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def hosts_block(s: Settings) -> str:
+    rows = [f"{s.node_addr(i)} {name}" for i, name in enumerate(s.node_names)]
+    begin, end = (HOSTS_MARK.format(word, s.prefix) for word in ("BEGIN", "END"))
+    return "\n".join([begin, *rows, end]) + "\n"
+
+
+def merge_hosts(current: str, block: str) -> str:
+    """Replace the block with the same markers in an /etc/hosts text (or append it).
+
+    Every other line, other testbeds' blocks included, is kept as it was.
+    """
+    begin, end = block.splitlines()[0].strip(), block.splitlines()[-1].strip()
+    out: list[str] = []
+    skipping = False
+    for line in current.splitlines(keepends=True):
+        if line.strip() == begin:
+            skipping = True
+            continue
+        if skipping:
+            if line.strip() == end:
+                skipping = False
+            continue
+        out.append(line)
+    text = "".join(out)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + block
+
+
+def write_extra_conf(s: Settings, text: str) -> None:
+    """Write the included fragment; never empty, since Slurm warns about empty includes."""
+    s.extra_conf_path.write_text("# site additions (slurmfabric testbed set_extra_conf)\n" + text)
+
+
+class Testbed:
+    """Start, stop and inspect the cluster described by ``Settings``."""
+
+    __test__ = False
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.s = settings or Settings()
+
+    # -- environment -------------------------------------------------------------------
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """A process environment that talks to this cluster and finds slurmfabric."""
+        env = dict(os.environ if base is None else base)
+        env["SLURM_CONF"] = str(self.s.conf_path)
+        bindir = str(Path(sys.executable).parent)
+        paths = [bindir, "/usr/sbin", "/sbin"]
+        env["PATH"] = os.pathsep.join([*paths, env.get("PATH", "/usr/bin:/bin")])
+        return env
+
+    def export_lines(self) -> str:
+        bindir = Path(sys.executable).parent
+        return (
+            f"export SLURM_CONF={self.s.conf_path}\n"
+            f'export PATH={bindir}:"$PATH"\n'
+        )
+
+    # -- install -------------------------------------------------------------------------
+
+    @staticmethod
+    def missing_binaries() -> list[str]:
+        return [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not _which(b)]
+
+    def ensure_installed(self, log=print) -> None:
+        missing = self.missing_binaries()
+        if not missing:
+            return
+        command = "apt-get update && apt-get install -y " + " ".join(APT_PACKAGES)
+        if os.geteuid() != 0:
+            raise TestbedError(
+                f"missing {', '.join(missing)}",
+                hint=f"as root run: {command}",
+            )
+        log(f"installing {' '.join(APT_PACKAGES)} with apt-get ...")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "update", "-qq"],
+                    ["apt-get", "install", "-y", "-qq", *APT_PACKAGES]):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise TestbedError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+        still = self.missing_binaries()
+        if still:
+            raise TestbedError(f"still missing after apt-get: {', '.join(still)}")
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _read_pids(self) -> dict[str, int]:
+        try:
+            return {k: int(v) for k, v in json.loads(self.s.pids_path.read_text()).items()}
+        except (OSError, ValueError):
+            return {}
+
+    def _write_pids(self, pids: dict[str, int]) -> None:
+        tmp = self.s.pids_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(pids, indent=1))
+        tmp.replace(self.s.pids_path)
+
+    def _save_settings(self) -> None:
+        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.s).items()}
+        (self.s.state_dir / "settings.json").write_text(json.dumps(data, indent=1))
+
+    @classmethod
+    def from_state(cls, state_dir: Path | None = None) -> Testbed:
+        """Reattach to a cluster started earlier (same settings), or the defaults."""
+        state_dir = state_dir or default_state_dir()
+        try:
+            data = json.loads((state_dir / "settings.json").read_text())
+            data["state_dir"] = Path(data["state_dir"])
+            return cls(Settings(**data))
+        except (OSError, ValueError, TypeError):
+            return cls(Settings(state_dir=state_dir))
+
+    def running(self) -> dict[str, int]:
+        """Recorded daemons that are still alive and still the program we started."""
+        alive = {}
+        for key, pid in self._read_pids().items():
+            if _pid_runs(pid, key.split(":")[0]):
+                alive[key] = pid
+        return alive
+
+    def expected_keys(self) -> list[str]:
+        return ["munged", "slurmctld", *(f"slurmd:{n}" for n in self.s.node_names)]
+
+    # -- up / down -----------------------------------------------------------------------
+
+    def up(self, timeout: float = 60, log=print) -> float:
+        """Start whatever is not running yet; return seconds until all nodes were idle."""
+        t0 = time.monotonic()
+        self.ensure_installed(log)
+        alive = self.running()
+        if alive and set(alive) == set(self.expected_keys()):
+            log(f"testbed already running ({len(self.s.node_names)} nodes); "
+                f"SLURM_CONF={self.s.conf_path}")
+            self.wait_idle(timeout)
+            return 0.0
+        self._prepare_dirs()
+        self._write_files()
+        self._update_hosts(log)
+        pids = dict(alive)
+        if "munged" not in pids:
+            pids["munged"] = self._start_munged()
+            self._write_pids(pids)
+            _wait_for(lambda: self.s.munge_socket.exists(), 10, "munged socket")
+        if "slurmctld" not in pids:
+            pids["slurmctld"] = self._spawn(
+                ["slurmctld", "-D", "-i", "-f", str(self.s.conf_path)], "slurmctld")
+            self._write_pids(pids)
+        for name in self.s.node_names:
+            key = f"slurmd:{name}"
+            if key not in pids:
+                pids[key] = self._spawn(
+                    ["slurmd", "-D", "-N", name, "-f", str(self.s.conf_path)], f"slurmd.{name}")
+        self._write_pids(pids)
+        self.wait_idle(timeout - (time.monotonic() - t0))
+        elapsed = time.monotonic() - t0
+        log(f"testbed up: {len(self.s.node_names)} idle nodes in {elapsed:.1f} s; "
+            f"SLURM_CONF={self.s.conf_path}")
+        return elapsed
+
+    def down(self, log=print, timeout: float = 15) -> list[str]:
+        """Stop the recorded daemons (slurmd first, munged last). Removes no files."""
+        alive = self.running()
+        order = sorted(alive, key=lambda k: ("slurmd" not in k, k == "munged"))
+        for key in order:
+            _signal(alive[key], signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for key in order:
+            while _pid_runs(alive[key], key.split(":")[0]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _pid_runs(alive[key], key.split(":")[0]):
+                _signal(alive[key], signal.SIGKILL)
+        if self.s.pids_path.parent.exists():
+            self._write_pids({})
+        if alive:
+            log(f"testbed down: stopped {', '.join(order)}")
+        else:
+            log("testbed down: nothing was running")
+        return order
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until sinfo shows every node idle (or fail with the daemons' last words)."""
+        deadline = time.monotonic() + max(timeout, 1)
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                out = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env(),
+                                   timeout=10)
+                states = dict(line.split() for line in out.splitlines() if line.strip())
+                last = out.strip()
+                if states and all(states.get(n) == "idle" for n in self.s.node_names):
+                    return
+            except SlurmfabricError as exc:
+                last = str(exc)
+            time.sleep(0.2)
+        raise TestbedError(
+            f"nodes not idle after {timeout:.0f} s: {last!r}",
+            hint=f"see the logs in {self.s.state_dir / 'log'}",
+        )
+
+    def status(self) -> str:
+        alive = self.running()
+        lines = [f"SLURM_CONF={self.s.conf_path}"]
+        lines.append(f"daemons running: {len(alive)}/{len(self.expected_keys())}")
+        if alive:
+            lines.append(slurmcmd.run(["sinfo"], env=self.env()).rstrip())
+        return "\n".join(lines)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _prepare_dirs(self) -> None:
+        d = self.s.state_dir
+        for sub in ("etc", "ctld", "run", "log", "spool", "munge", "jobs"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        for name in self.s.node_names:
+            (d / "spool" / name).mkdir(exist_ok=True)
+        os.chmod(d, 0o755)  # munged (user munge) must traverse it
+        for parent in d.resolve().parents:
+            if not os.stat(parent).st_mode & 0o001:
+                raise TestbedError(
+                    f"state directory {d} is below {parent}, which user munge cannot enter",
+                    hint="use --state-dir (or SLURMFABRIC_TESTBED_DIR) under /var/tmp",
+                )
+
+    def _write_files(self) -> None:
+        self.s.conf_path.write_text(render_slurm_conf(self.s))
+        if not self.s.extra_conf_path.exists():
+            write_extra_conf(self.s, "")
+        self._save_settings()
+        key = self.s.state_dir / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        munge_dir = self.s.state_dir / "munge"
+        if os.geteuid() == 0:
+            uid, gid = _munge_ids()
+            for path in (munge_dir, key):
+                os.chown(path, uid, gid)
+        os.chmod(munge_dir, 0o755)  # munged: socket dir must be searchable by all
+        os.chmod(key, 0o400)
+
+    def _update_hosts(self, log) -> None:
+        missing = [n for n in self.s.node_names if not _resolves(n)]
+        block = hosts_block(self.s)
+        hosts = Path("/etc/hosts")
+        current = hosts.read_text()
+        if not missing and block in current:
+            return
+        if os.geteuid() != 0:
+            raise TestbedError(
+                f"node names {', '.join(missing)} do not resolve",
+                hint=f"add these lines to /etc/hosts:\n{block}",
+            )
+        # Write in place: /etc/hosts is often a bind mount in containers, so no rename.
+        with open(hosts, "w") as handle:
+            handle.write(merge_hosts(current, block))
+        log(f"/etc/hosts: {len(self.s.node_names)} testbed names written")
+
+    def _start_munged(self) -> int:
+        d = self.s.state_dir / "munge"
+        cmd = [
+            "munged", "-F", f"--socket={self.s.munge_socket}", f"--key-file={d / 'munge.key'}",
+            f"--pid-file={d / 'munged.pid'}", f"--log-file={d / 'munged.log'}",
+            f"--seed-file={d / 'munged.seed'}",
+        ]
+        if os.geteuid() == 0:
+            cmd = ["setpriv", "--reuid=munge", "--regid=munge", "--clear-groups", *cmd]
+        return self._spawn(cmd, "munged")
+
+    def _spawn(self, cmd: list[str], logname: str) -> int:
+        """Start a daemon in its own session so it outlives this process; keep its output."""
+        logfile = self.s.state_dir / "log" / f"{logname}.out"
+        try:
+            with open(logfile, "ab") as out:
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, env=self.env(), cwd=self.s.state_dir,
+                )
+        except FileNotFoundError as exc:
+            raise TestbedError(f"{cmd[0]} not found", hint="apt-get install slurm-wlm munge") \
+                from exc
+        time.sleep(0.05)
+        if proc.poll() is not None:
+            tail = logfile.read_text()[-800:]
+            raise TestbedError(f"{cmd[0]} exited at once (code {proc.returncode}): {tail}")
+        return proc.pid
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.pathsep.join(
+        [os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
+def _munge_ids() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam("munge")
+    except KeyError as exc:
+        raise TestbedError("user 'munge' does not exist", hint="apt-get install munge") from exc
+    return entry.pw_uid, entry.pw_gid
+
+
+def _resolves(name: str) -> bool:
+    try:
+        socket.gethostbyname(name)
+        return True
+    except OSError:
+        return False
+
+
+def _pid_runs(pid: int, program: str) -> bool:
+    """True if ``pid`` is alive and runs ``program`` (guards against recycled PIDs)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    return any(Path(arg.decode(errors="replace")).name == program for arg in cmdline[:4])
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise TestbedError(f"timed out waiting for {what}")
+
+
+from slurmfabric.testbed.cluster import Cluster, JobResult  # noqa: E402  (needs Testbed)
+
+__all__ = ["Cluster", "JobResult", "Settings", "Testbed", "TestbedError"]

@@ -1,0 +1,98 @@
+"""A handle on a running testbed for tests and demos: run commands, submit, wait.
+
+Tests use this through the session fixture in ``tests/conftest.py``; the demo in the
+README uses it through ``slurmfabric testbed``. Only job-level conveniences live here;
+Slurm command lines themselves come from ``slurmfabric.slurmcmd``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmfabric import slurmcmd
+from slurmfabric.testbed import Testbed, TestbedError, write_extra_conf
+
+FINAL_STATES = {
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+}
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    state: str
+    output: str
+    record: dict
+
+
+class Cluster:
+    """The running testbed as tests see it."""
+
+    def __init__(self, testbed: Testbed) -> None:
+        self.testbed = testbed
+        self.nodes = testbed.s.node_names
+        self.partition = testbed.s.partition
+        self.conf_path = testbed.s.conf_path
+        self.state_dir = testbed.s.state_dir
+        self.env = testbed.env()
+
+    def run(self, args: list[str], check: bool = True, timeout: float = 60,
+            **kwargs) -> subprocess.CompletedProcess:
+        """Run a command against this cluster (SLURM_CONF set), capturing text output."""
+        env = dict(self.env, **kwargs.pop("env", {}))
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                              env=env, **kwargs)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"{args} exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
+        return proc
+
+    def jobs_dir(self) -> Path:
+        path = self.state_dir / "jobs"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def submit(self, script: str, *sbatch_args: str, workdir: Path | None = None) -> str:
+        workdir = workdir or self.jobs_dir()
+        job = slurmcmd.sbatch(script, list(sbatch_args), workdir=workdir, env=self.env)
+        return job.job_id
+
+    def job(self, job_id: str) -> dict:
+        return slurmcmd.job(job_id, env=self.env)
+
+    def wait(self, job_id: str, timeout: float = 180) -> str:
+        """Poll until the job reaches a final state; return that state."""
+        deadline = time.monotonic() + timeout
+        state = "UNKNOWN"
+        while time.monotonic() < deadline:
+            state = self.job(job_id).get("JobState", "UNKNOWN")
+            if state in FINAL_STATES:
+                return state
+            time.sleep(0.3)
+        raise TestbedError(f"job {job_id} still {state} after {timeout:.0f} s: "
+                           f"{self.job(job_id)}")
+
+    def sbatch_wait(self, script: str, *sbatch_args: str, timeout: float = 180,
+                    workdir: Path | None = None) -> JobResult:
+        job_id = self.submit(script, *sbatch_args, workdir=workdir)
+        state = self.wait(job_id, timeout)
+        record = self.job(job_id)
+        output = slurmcmd.read_output_file(record.get("StdOut", ""))
+        return JobResult(job_id, state, output, record)
+
+    def node_state(self, name: str) -> tuple[str, str]:
+        record = slurmcmd.node(name, env=self.env)
+        reason = record.get("Reason", "")
+        if reason in ("(null)", "none"):
+            reason = ""
+        return record.get("State", "UNKNOWN"), reason
+
+    def set_extra_conf(self, text: str) -> None:
+        """Rewrite the included slurm.conf fragment and make the daemons reread it."""
+        write_extra_conf(self.testbed.s, text)
+        self.run(["scontrol", "reconfigure"])
+        time.sleep(1.0)  # slurmd rereads asynchronously

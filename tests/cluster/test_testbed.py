@@ -1,0 +1,93 @@
+"""Smoke tests on the real local Slurm cluster."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmfabric.testbed import Cluster, Settings, Testbed
+
+pytestmark = pytest.mark.cluster
+
+
+def idle_nodes(cluster: Cluster) -> dict[str, str]:
+    out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout
+    return dict(line.split() for line in out.splitlines())
+
+
+def test_two_node_job_runs_on_two_distinct_nodes(cluster: Cluster):
+    assert idle_nodes(cluster) == {n: "idle" for n in cluster.nodes}
+    script = (
+        "#!/bin/bash\n#SBATCH -N 2 -t 2\n"
+        "srun bash -c 'echo task=$SLURM_PROCID node=$SLURMD_NODENAME'\n"
+    )
+    result = cluster.sbatch_wait(script, timeout=120)
+    assert result.state == "COMPLETED", result
+    seen = sorted(line.split("node=")[1] for line in result.output.splitlines()
+                  if line.startswith("task="))
+    assert len(seen) == 2 and len(set(seen)) == 2
+    assert set(seen) <= set(cluster.nodes)
+    deadline = time.monotonic() + 30
+    while idle_nodes(cluster) != {n: "idle" for n in cluster.nodes}:
+        assert time.monotonic() < deadline, idle_nodes(cluster)
+        time.sleep(0.3)
+
+
+def test_node_names_resolve_to_distinct_loopback_addresses(cluster: Cluster):
+    addrs = [socket.gethostbyname(n) for n in cluster.nodes]
+    assert len(set(addrs)) == len(addrs)
+    assert all(a.startswith("127.") for a in addrs)
+
+
+def test_status_and_env_commands(cluster: Cluster):
+    status = cluster.run(["slurmfabric", "testbed", "status"]).stdout
+    assert f"SLURM_CONF={cluster.conf_path}" in status
+    assert "idle" in status
+    env = cluster.run(["slurmfabric", "testbed", "env"]).stdout
+    assert f"export SLURM_CONF={cluster.conf_path}\n" in env
+
+
+def test_second_up_reports_running_cluster(cluster: Cluster):
+    out = cluster.run(["slurmfabric", "testbed", "up"]).stdout
+    assert "already running" in out
+
+
+def test_separate_testbed_up_and_down_leaves_no_daemon(cluster: Cluster):
+    """A second, differently configured testbed beside the shared one: up, job, down."""
+    # not pytest's tmp_path: munged (user munge) cannot traverse /tmp/pytest-of-root (0700)
+    tmp_path = Path(tempfile.mkdtemp(prefix="sf-testbed-", dir="/var/tmp"))
+    tmp_path.chmod(0o755)
+    s = Settings(state_dir=tmp_path / "tb", nodes=2, prefix="sfx", ctld_port=17817,
+                 node_port_base=17901, addr_prefix="127.0.78.", cluster_name="sfx")
+    tb = Testbed(s)
+    elapsed = tb.up(timeout=60, log=lambda m: None)
+    try:
+        assert elapsed < 60
+        env = tb.env()
+        from slurmfabric import slurmcmd
+
+        out = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env)
+        assert sorted(out.split()) == sorted(["sfx1", "idle", "sfx2", "idle"])
+        pids = dict(tb.running())
+        assert len(pids) == 4  # munged, slurmctld, 2 slurmd
+    finally:
+        tb.down(log=lambda m: None)
+    for pid in pids.values():
+        assert not _alive(pid), f"pid {pid} survived down"
+    assert tb.running() == {}
+    # the shared cluster is untouched
+    assert idle_nodes(cluster) == {n: "idle" for n in cluster.nodes}
+    assert (tmp_path / "tb" / "etc" / "slurm.conf").exists()  # down removes no files
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z" and os.path.exists(f"/proc/{pid}")

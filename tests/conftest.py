@@ -1,0 +1,42 @@
+"""Shared fixtures. The real Slurm testbed is brought up once per test session.
+
+Cluster tests (marker ``cluster``) must run in CI: if the cluster cannot start they fail
+with the reason, and a CI run that executed none of them fails at the end.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from slurmfabric.testbed import Cluster, Testbed, default_state_dir
+
+_STATE = {"started_here": False, "cluster_tests_run": 0}
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    testbed = Testbed.from_state(default_state_dir())
+    if not testbed.running():
+        _STATE["started_here"] = True
+    try:
+        testbed.up(timeout=90, log=lambda msg: None)
+    except Exception as exc:  # the reason must reach the test report, not a skip
+        pytest.fail(f"the local Slurm testbed could not start: {exc}", pytrace=False)
+    handle = Cluster(testbed)
+    yield handle
+    if _STATE["started_here"] and not os.environ.get("SLURMFABRIC_KEEP_TESTBED"):
+        testbed.down(log=lambda msg: None)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and "cluster" in report.keywords and not report.skipped:
+        _STATE["cluster_tests_run"] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI, a run that executed no cluster test is a failure, never a silent pass."""
+    if os.environ.get("CI") and exitstatus == 0 and not _STATE["cluster_tests_run"]:
+        print("\nERROR: CI run executed no cluster test (marker 'cluster')")
+        session.exitstatus = 1
