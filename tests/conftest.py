@@ -21,6 +21,8 @@ def cluster() -> Cluster:
     if not testbed.running():
         _STATE["started_here"] = True
     try:
+        if not _STATE["started_here"]:
+            testbed.resume_all()  # an earlier session may have left a node drained
         testbed.up(timeout=90, log=lambda msg: None)
     except Exception as exc:  # the reason must reach the test report, not a skip
         pytest.fail(f"the local Slurm testbed could not start: {exc}", pytrace=False)

@@ -290,8 +290,9 @@ class Testbed:
             self._write_pids(pids)
             _wait_for(lambda: self.s.munge_socket.exists(), 10, "munged socket")
         if "slurmctld" not in pids:
+            # -c: a testbed starts clean, so no drained node or old job survives a restart.
             pids["slurmctld"] = self._spawn(
-                ["slurmctld", "-D", "-i", "-f", str(self.s.conf_path)], "slurmctld")
+                ["slurmctld", "-D", "-c", "-i", "-f", str(self.s.conf_path)], "slurmctld")
             self._write_pids(pids)
         for name in self.s.node_names:
             key = f"slurmd:{name}"
@@ -344,6 +345,15 @@ class Testbed:
             f"nodes not idle after {timeout:.0f} s: {last!r}",
             hint=f"see the logs in {self.s.state_dir / 'log'}",
         )
+
+    def resume_all(self) -> list[str]:
+        """Return every drained or down node to service (a clean slate for a test session)."""
+        out = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env())
+        stuck = [name for name, state in (line.split() for line in out.splitlines() if line)
+                 if not state.startswith(("idle", "alloc", "mix", "comp"))]
+        for name in stuck:
+            slurmcmd.update_node(name, env=self.env(), State="RESUME")
+        return stuck
 
     def status(self) -> str:
         alive = self.running()
