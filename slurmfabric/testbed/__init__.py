@@ -9,23 +9,34 @@ lives under one state directory; ports are non-default so it never meets a site'
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from slurmfabric import slurmcmd
 from slurmfabric.errors import SlurmfabricError
+from slurmfabric.testbed.config import (
+    Settings,
+    default_state_dir,
+    hosts_block,
+    merge_hosts,
+    render_slurm_conf,
+    write_extra_conf,
+)
+from slurmfabric.testbed.procs import (
+    munge_ids,
+    pid_runs,
+    resolves,
+    send_signal,
+    wait_for,
+    which,
+)
 
-HOSTS_MARK = "# {} slurmfabric testbed {}"  # BEGIN/END, node prefix: one block per testbed
 APT_PACKAGES = ("slurm-wlm", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
@@ -34,147 +45,6 @@ class TestbedError(SlurmfabricError):
     """The local cluster could not be started or inspected."""
 
     __test__ = False  # not a pytest test class despite the name
-
-
-def default_state_dir() -> Path:
-    """Outside any home directory: munged runs as user munge and must reach its files."""
-    explicit = os.environ.get("SLURMFABRIC_TESTBED_DIR")
-    if explicit:
-        return Path(explicit)
-    return Path(f"/var/tmp/slurmfabric-testbed-{os.getuid()}")
-
-
-@dataclass
-class Settings:
-    """Everything that shapes the cluster; stored beside it so later calls reuse it."""
-
-    __test__ = False
-
-    state_dir: Path = field(default_factory=default_state_dir)
-    nodes: int = 4
-    prefix: str = "sfn"
-    cpus: int = 4
-    memory_mb: int = 4000
-    partition: str = "debug"
-    cluster_name: str = "sftestbed"
-    ctld_port: int = 16817
-    node_port_base: int = 16901
-    addr_prefix: str = "127.0.77."
-
-    @property
-    def node_names(self) -> list[str]:
-        return [f"{self.prefix}{i}" for i in range(1, self.nodes + 1)]
-
-    def node_addr(self, index: int) -> str:
-        return f"{self.addr_prefix}{index + 1}"
-
-    @property
-    def conf_path(self) -> Path:
-        return self.state_dir / "etc" / "slurm.conf"
-
-    @property
-    def extra_conf_path(self) -> Path:
-        return self.state_dir / "etc" / "slurm.extra.conf"
-
-    @property
-    def munge_socket(self) -> Path:
-        return self.state_dir / "munge" / "munge.socket"
-
-    @property
-    def pids_path(self) -> Path:
-        return self.state_dir / "pids.json"
-
-
-def render_slurm_conf(s: Settings) -> str:
-    """slurm.conf for the testbed. Settings that matter and why are commented inline."""
-    host = socket.gethostname().split(".")[0]
-    d = s.state_dir
-    names = s.node_names
-    lines = [
-        "# Written by 'slurmfabric testbed up'; rewritten on each up.",
-        f"ClusterName={s.cluster_name}",
-        # slurmctld refuses to start unless SlurmctldHost names this machine.
-        f"SlurmctldHost={host}(127.0.0.1)",
-        f"SlurmctldPort={s.ctld_port}",
-        f"SlurmdPort={s.node_port_base}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={s.munge_socket}",
-        f"StateSaveLocation={d}/ctld",
-        # %n: several slurmd share the host, each needs its own spool, pid and log file.
-        f"SlurmdSpoolDir={d}/spool/%n",
-        f"SlurmctldPidFile={d}/run/slurmctld.pid",
-        f"SlurmdPidFile={d}/run/slurmd.%n.pid",
-        f"SlurmctldLogFile={d}/log/slurmctld.log",
-        f"SlurmdLogFile={d}/log/slurmd.%n.log",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        # Declared CPUs/memory win over what slurmd detects (virtual nodes share 2 cores).
-        "SlurmdParameters=config_overrides",
-        "ReturnToService=2",
-        "MpiDefault=none",
-        "AccountingStorageType=accounting_storage/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "JobCompType=jobcomp/none",
-        # A failed prolog requeues the job without holding it (FACTS.md section 1).
-        "SchedulerParameters=nohold_on_prolog_fail",
-        "PrologFlags=Alloc",
-        "PrologEpilogTimeout=60",
-        "MinJobAge=600",
-        "KillWait=5",
-        "InactiveLimit=0",
-        "SlurmctldTimeout=30",
-        "SlurmdTimeout=60",
-        f"Include {s.extra_conf_path}",
-    ]
-    for i, name in enumerate(names):
-        lines.append(
-            f"NodeName={name} NodeHostname={name} NodeAddr={s.node_addr(i)} "
-            f"Port={s.node_port_base + i} CPUs={s.cpus} RealMemory={s.memory_mb} State=UNKNOWN"
-        )
-    lines.append(
-        f"PartitionName={s.partition} Nodes={','.join(names)} Default=YES "
-        "MaxTime=INFINITE State=UP"
-    )
-    return "\n".join(lines) + "\n"
-
-
-def hosts_block(s: Settings) -> str:
-    rows = [f"{s.node_addr(i)} {name}" for i, name in enumerate(s.node_names)]
-    begin, end = (HOSTS_MARK.format(word, s.prefix) for word in ("BEGIN", "END"))
-    return "\n".join([begin, *rows, end]) + "\n"
-
-
-def merge_hosts(current: str, block: str) -> str:
-    """Replace the block with the same markers in an /etc/hosts text (or append it).
-
-    Every other line, other testbeds' blocks included, is kept as it was.
-    """
-    begin, end = block.splitlines()[0].strip(), block.splitlines()[-1].strip()
-    out: list[str] = []
-    skipping = False
-    for line in current.splitlines(keepends=True):
-        if line.strip() == begin:
-            skipping = True
-            continue
-        if skipping:
-            if line.strip() == end:
-                skipping = False
-            continue
-        out.append(line)
-    text = "".join(out)
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return text + block
-
-
-def write_extra_conf(s: Settings, text: str) -> None:
-    """Write the included fragment; never empty, since Slurm warns about empty includes."""
-    s.extra_conf_path.write_text("# site additions (slurmfabric testbed set_extra_conf)\n" + text)
 
 
 class Testbed:
@@ -207,7 +77,7 @@ class Testbed:
 
     @staticmethod
     def missing_binaries() -> list[str]:
-        return [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not _which(b)]
+        return [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not which(b)]
 
     def ensure_installed(self, log=print) -> None:
         missing = self.missing_binaries()
@@ -262,7 +132,7 @@ class Testbed:
         """Recorded daemons that are still alive and still the program we started."""
         alive = {}
         for key, pid in self._read_pids().items():
-            if _pid_runs(pid, key.split(":")[0]):
+            if pid_runs(pid, key.split(":")[0]):
                 alive[key] = pid
         return alive
 
@@ -288,7 +158,7 @@ class Testbed:
         if "munged" not in pids:
             pids["munged"] = self._start_munged()
             self._write_pids(pids)
-            _wait_for(lambda: self.s.munge_socket.exists(), 10, "munged socket")
+            wait_for(lambda: self.s.munge_socket.exists(), 10, "munged socket")
         if "slurmctld" not in pids:
             # -c: a testbed starts clean, so no drained node or old job survives a restart.
             pids["slurmctld"] = self._spawn(
@@ -311,13 +181,13 @@ class Testbed:
         alive = self.running()
         order = sorted(alive, key=lambda k: ("slurmd" not in k, k == "munged"))
         for key in order:
-            _signal(alive[key], signal.SIGTERM)
+            send_signal(alive[key], signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for key in order:
-            while _pid_runs(alive[key], key.split(":")[0]) and time.monotonic() < deadline:
+            while pid_runs(alive[key], key.split(":")[0]) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _pid_runs(alive[key], key.split(":")[0]):
-                _signal(alive[key], signal.SIGKILL)
+            if pid_runs(alive[key], key.split(":")[0]):
+                send_signal(alive[key], signal.SIGKILL)
         if self.s.pids_path.parent.exists():
             self._write_pids({})
         if alive:
@@ -389,14 +259,14 @@ class Testbed:
             key.write_bytes(os.urandom(1024))
         munge_dir = self.s.state_dir / "munge"
         if os.geteuid() == 0:
-            uid, gid = _munge_ids()
+            uid, gid = munge_ids()
             for path in (munge_dir, key):
                 os.chown(path, uid, gid)
         os.chmod(munge_dir, 0o755)  # munged: socket dir must be searchable by all
         os.chmod(key, 0o400)
 
     def _update_hosts(self, log) -> None:
-        missing = [n for n in self.s.node_names if not _resolves(n)]
+        missing = [n for n in self.s.node_names if not resolves(n)]
         block = hosts_block(self.s)
         hosts = Path("/etc/hosts")
         current = hosts.read_text()
@@ -440,53 +310,6 @@ class Testbed:
             tail = logfile.read_text()[-800:]
             raise TestbedError(f"{cmd[0]} exited at once (code {proc.returncode}): {tail}")
         return proc.pid
-
-
-def _which(name: str) -> str | None:
-    return shutil.which(name, path=os.pathsep.join(
-        [os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
-
-
-def _munge_ids() -> tuple[int, int]:
-    try:
-        entry = pwd.getpwnam("munge")
-    except KeyError as exc:
-        raise TestbedError("user 'munge' does not exist", hint="apt-get install munge") from exc
-    return entry.pw_uid, entry.pw_gid
-
-
-def _resolves(name: str) -> bool:
-    try:
-        socket.gethostbyname(name)
-        return True
-    except OSError:
-        return False
-
-
-def _pid_runs(pid: int, program: str) -> bool:
-    """True if ``pid`` is alive and runs ``program`` (guards against recycled PIDs)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-        return False
-    return any(Path(arg.decode(errors="replace")).name == program for arg in cmdline[:4])
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise TestbedError(f"timed out waiting for {what}")
 
 
 from slurmfabric.testbed.cluster import Cluster, JobResult  # noqa: E402  (needs Testbed)

@@ -1,0 +1,151 @@
+"""The testbed's configuration and the files it generates (pure functions, no daemons)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOSTS_MARK = "# {} slurmfabric testbed {}"  # BEGIN/END, node prefix: one block per testbed
+
+
+def default_state_dir() -> Path:
+    """Outside any home directory: munged runs as user munge and must reach its files."""
+    explicit = os.environ.get("SLURMFABRIC_TESTBED_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(f"/var/tmp/slurmfabric-testbed-{os.getuid()}")
+
+
+@dataclass
+class Settings:
+    """Everything that shapes the cluster; stored beside it so later calls reuse it."""
+
+    __test__ = False
+
+    state_dir: Path = field(default_factory=default_state_dir)
+    nodes: int = 4
+    prefix: str = "sfn"
+    cpus: int = 4
+    memory_mb: int = 4000
+    partition: str = "debug"
+    cluster_name: str = "sftestbed"
+    ctld_port: int = 16817
+    node_port_base: int = 16901
+    addr_prefix: str = "127.0.77."
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"{self.prefix}{i}" for i in range(1, self.nodes + 1)]
+
+    def node_addr(self, index: int) -> str:
+        return f"{self.addr_prefix}{index + 1}"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.state_dir / "etc" / "slurm.conf"
+
+    @property
+    def extra_conf_path(self) -> Path:
+        return self.state_dir / "etc" / "slurm.extra.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.state_dir / "munge" / "munge.socket"
+
+    @property
+    def pids_path(self) -> Path:
+        return self.state_dir / "pids.json"
+
+
+def render_slurm_conf(s: Settings) -> str:
+    """slurm.conf for the testbed. Settings that matter and why are commented inline."""
+    host = socket.gethostname().split(".")[0]
+    d = s.state_dir
+    names = s.node_names
+    lines = [
+        "# Written by 'slurmfabric testbed up'; rewritten on each up.",
+        f"ClusterName={s.cluster_name}",
+        # slurmctld refuses to start unless SlurmctldHost names this machine.
+        f"SlurmctldHost={host}(127.0.0.1)",
+        f"SlurmctldPort={s.ctld_port}",
+        f"SlurmdPort={s.node_port_base}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={s.munge_socket}",
+        f"StateSaveLocation={d}/ctld",
+        # %n: several slurmd share the host, each needs its own spool, pid and log file.
+        f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={d}/run/slurmctld.pid",
+        f"SlurmdPidFile={d}/run/slurmd.%n.pid",
+        f"SlurmctldLogFile={d}/log/slurmctld.log",
+        f"SlurmdLogFile={d}/log/slurmd.%n.log",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        # Declared CPUs/memory win over what slurmd detects (virtual nodes share 2 cores).
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "MpiDefault=none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "JobCompType=jobcomp/none",
+        # A failed prolog requeues the job without holding it (FACTS.md section 1).
+        "SchedulerParameters=nohold_on_prolog_fail",
+        "PrologFlags=Alloc",
+        "PrologEpilogTimeout=60",
+        "MinJobAge=600",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "SlurmctldTimeout=30",
+        "SlurmdTimeout=60",
+        f"Include {s.extra_conf_path}",
+    ]
+    for i, name in enumerate(names):
+        lines.append(
+            f"NodeName={name} NodeHostname={name} NodeAddr={s.node_addr(i)} "
+            f"Port={s.node_port_base + i} CPUs={s.cpus} RealMemory={s.memory_mb} State=UNKNOWN"
+        )
+    lines.append(
+        f"PartitionName={s.partition} Nodes={','.join(names)} Default=YES "
+        "MaxTime=INFINITE State=UP"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def hosts_block(s: Settings) -> str:
+    rows = [f"{s.node_addr(i)} {name}" for i, name in enumerate(s.node_names)]
+    begin, end = (HOSTS_MARK.format(word, s.prefix) for word in ("BEGIN", "END"))
+    return "\n".join([begin, *rows, end]) + "\n"
+
+
+def merge_hosts(current: str, block: str) -> str:
+    """Replace the block with the same markers in an /etc/hosts text (or append it).
+
+    Every other line, other testbeds' blocks included, is kept as it was.
+    """
+    begin, end = block.splitlines()[0].strip(), block.splitlines()[-1].strip()
+    out: list[str] = []
+    skipping = False
+    for line in current.splitlines(keepends=True):
+        if line.strip() == begin:
+            skipping = True
+            continue
+        if skipping:
+            if line.strip() == end:
+                skipping = False
+            continue
+        out.append(line)
+    text = "".join(out)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + block
+
+
+def write_extra_conf(s: Settings, text: str) -> None:
+    """Write the included fragment; never empty, since Slurm warns about empty includes."""
+    s.extra_conf_path.write_text("# site additions (slurmfabric testbed set_extra_conf)\n" + text)

@@ -1,0 +1,60 @@
+"""Process helpers for the testbed: find programs, check recorded PIDs, signal them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from slurmfabric.errors import SlurmfabricError
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name, path=os.pathsep.join(
+        [os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
+def munge_ids() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam("munge")
+    except KeyError as exc:
+        raise SlurmfabricError("user 'munge' does not exist", hint="apt-get install munge") from exc
+    return entry.pw_uid, entry.pw_gid
+
+
+def resolves(name: str) -> bool:
+    try:
+        socket.gethostbyname(name)
+        return True
+    except OSError:
+        return False
+
+
+def pid_runs(pid: int, program: str) -> bool:
+    """True if ``pid`` is alive and runs ``program`` (guards against recycled PIDs)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    return any(Path(arg.decode(errors="replace")).name == program for arg in cmdline[:4])
+
+
+def send_signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise SlurmfabricError(f"timed out waiting for {what}")
