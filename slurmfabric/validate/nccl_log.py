@@ -1,0 +1,385 @@
+"""Read ``NCCL_DEBUG=INFO`` output from one or many ranks and say what the fabric did.
+
+Operators grep these logs by eye for ``NET/IB`` + ``GDRDMA`` and dread a silent
+``NET/Socket`` fallback. This module turns the log into per-rank facts (version, network,
+devices, GPUDirect RDMA, channels) and a list of problems with the remedy.
+
+Line formats handled (all seen in public NVIDIA/nccl and nccl-tests issues, NCCL 2.5-2.27):
+
+* ``host:pid:tid [dev] NCCL INFO msg`` and ``host:pid:tid [dev] file.cc:123 NCCL WARN msg``;
+* the same behind launcher labels: ``[1,23]<stdout>:`` (mpirun --tag-output), ``0: ``
+  (srun -l), ``[3] `` (a rank label), or timestamps;
+* ``[0] NCCL INFO msg`` without the host prefix (older logs, NCCL_DEBUG_FILE per rank);
+* a bare ``NCCL version 2.19.3+cuda12.3`` line (printed by rank 0 of nccl-tests).
+
+Pure functions over text; standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+_LINE = re.compile(
+    r"^(?P<pre>.*?)"
+    r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+)?"
+    r"\[(?P<dev>\d+)\]\s+"
+    r"(?:(?P<src>\S+:\d+)\s+)?"
+    r"NCCL (?P<level>INFO|WARN|ERROR|TRACE|ABORT)\b\s?(?P<msg>.*)$"
+)
+_TAGGED = re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s*$")  # mpirun --tag-output
+_SRUN_LABEL = re.compile(r"^\s*(?P<rank>\d+):\s*$")  # srun --label
+_RANK_LABEL = re.compile(r"\[(?P<rank>\d+)\]\s*$")
+_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+\S*)")
+_LIST_ITEM = re.compile(r"\[\d+\](\S+)")
+_NET_VIA = re.compile(
+    r"^NET/(?P<net>.+?)/(?P<dev>\d+)(?:\((?P<merged>\d+)\))?(?P<gdr>/GDRDMA)?(?:/\S*)?$"
+)
+_GDR_LINE = re.compile(
+    r"GPU Direct RDMA (?P<state>Enabled|Disabled) for (?:GPU \S+ / )?HCA (?P<hca>\d+)"
+    r"(?: '(?P<name>[^']*)')?(?P<rest>.*)$"
+)
+_COMPLETION = re.compile(r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<st>\d+)")
+
+# ibv_wc_status values (rdma-core verbs.h) that show up in NCCL's completion warnings.
+WC_STATUS = {
+    4: "IBV_WC_LOC_PROT_ERR (local protection error: memory registration, often GPUDirect"
+    " RDMA with PCIe ACS or IOMMU in the way)",
+    5: "IBV_WC_WR_FLUSH_ERR (queue pair already in error: look for the first failure)",
+    10: "IBV_WC_REM_ACCESS_ERR (remote access error)",
+    12: "IBV_WC_RETRY_EXC_ERR (transport retry counter exceeded: a timeout on the wire)",
+    13: "IBV_WC_RNR_RETRY_EXC_ERR (receiver not ready, retries exceeded)",
+}
+
+
+@dataclass
+class Problem:
+    severity: str  # "error" or "warning"
+    kind: str
+    message: str
+    remedy: str
+    where: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RankInfo:
+    """What one NCCL rank (one process x CUDA device) printed."""
+
+    node: str
+    pid: str | None = None
+    device: int | None = None
+    label: str | None = None
+    rank: int | None = None
+    nranks: int | None = None
+    version: str | None = None
+    network: str | None = None
+    net_devices: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    bootstrap: list[str] = field(default_factory=list)
+    ofi_provider: str | None = None
+    no_ib_device: bool = False
+    gdr_enabled_hcas: list[str] = field(default_factory=list)
+    gdr_disabled_hcas: list[str] = field(default_factory=list)
+    net_channels: int = 0
+    ib_channels: int = 0
+    gdr_channels: int = 0
+    socket_selected: bool = False
+    transports: list[str] = field(default_factory=list)
+    channels: int | None = None
+    trees: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        dev = "-" if self.device is None else str(self.device)
+        return f"{self.node}:{self.pid or '-'}[{dev}]"
+
+    @property
+    def gdr(self) -> bool | None:
+        """True when GPUDirect RDMA was used, False when the log shows it off, else None."""
+        if self.gdr_channels:
+            return True
+        if self.ib_channels or self.gdr_disabled_hcas:
+            return False
+        if self.gdr_enabled_hcas:
+            return True
+        return None
+
+    @property
+    def uses_socket(self) -> bool:
+        return (self.network or "").lower() == "socket" or any(
+            t.startswith("NET/Socket") for t in self.transports
+        )
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data.update(key=self.key, gdr=self.gdr, uses_socket=self.uses_socket)
+        return data
+
+
+@dataclass
+class LogReport:
+    ranks: list[RankInfo]
+    problems: list[Problem]
+    version: str | None = None
+
+    def failed(self) -> bool:
+        return any(p.severity == "error" for p in self.problems)
+
+    def as_dict(self) -> dict:
+        return {
+            "version": self.version,
+            "ok": not self.failed(),
+            "ranks": [r.as_dict() for r in self.ranks],
+            "problems": [p.as_dict() for p in self.problems],
+        }
+
+
+def _label(pre: str) -> str | None:
+    for pattern in (_TAGGED, _SRUN_LABEL, _RANK_LABEL):
+        match = pattern.search(pre)
+        if match:
+            return match.group("rank")
+    return None
+
+
+class _Parser:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.ranks: dict[tuple[str, str, int], RankInfo] = {}
+        self.problems: list[Problem] = []
+        self.version: str | None = None
+        self.env: dict[str, str] = {}
+
+    def rank(self, host: str | None, pid: str | None, dev: int, label: str | None) -> RankInfo:
+        node = host or (f"{self.source}#{label}" if label else self.source)
+        key = (node, pid or "", dev)
+        info = self.ranks.get(key)
+        if info is None:
+            info = self.ranks[key] = RankInfo(node=node, pid=pid, device=dev, label=label)
+        return info
+
+    def feed(self, line: str) -> None:
+        line = line.rstrip("\r\n")
+        match = _LINE.match(line)
+        if match is None:
+            self.loose(line)
+            return
+        info = self.rank(
+            match.group("host"), match.group("pid"), int(match.group("dev")),
+            _label(match.group("pre")),
+        )
+        msg = match.group("msg").strip()
+        if match.group("level") in ("WARN", "ERROR", "ABORT"):
+            self.warn(info, msg, match.group("src") or "")
+        else:
+            self.info(info, msg)
+
+    def loose(self, line: str) -> None:
+        """Lines outside NCCL's prefix format: the bare version line, PyTorch's watchdog."""
+        version = _VERSION.search(line)
+        if version and "NCCL INFO" not in line:
+            self.version = self.version or version.group("v")
+        elif "Watchdog caught collective operation timeout" in line:
+            self.problems.append(_timeout_problem(line.strip()[:200]))
+
+    def info(self, r: RankInfo, msg: str) -> None:
+        if m := _VERSION.match(msg):
+            r.version = m.group("v")
+        elif m := re.match(r"Using network (.+)$", msg):
+            r.network = m.group(1).strip()
+        elif m := re.match(r"NET/IB ?: Using (.*?)(?:;\s*OOB (\S+))?\s*$", msg):
+            r.net_devices = _LIST_ITEM.findall(m.group(1))
+            if m.group(2):
+                _add(r.interfaces, m.group(2))
+        elif msg.startswith("NET/IB : No device found") or msg.startswith("NET/IB: No device"):
+            r.no_ib_device = True
+        elif m := re.match(r"NET/Socket ?: Using (.*)$", msg):
+            # Printed only when the socket transport is the one in use (NCCL 2.4-2.27).
+            r.socket_selected = True
+            for item in _LIST_ITEM.findall(m.group(1)):
+                _add(r.interfaces, item)
+        elif m := re.match(r"Bootstrap ?: Using (.*)$", msg):
+            for item in _LIST_ITEM.findall(m.group(1)) or m.group(1).split():
+                _add(r.bootstrap, item)
+        elif m := re.match(r"NET/OFI Selected Provider is (\S+)", msg):
+            r.ofi_provider = m.group(1)
+        elif m := _GDR_LINE.search(msg):
+            name = m.group("name") or f"HCA {m.group('hca')}"
+            if m.group("state") == "Enabled":
+                _add(r.gdr_enabled_hcas, name)
+            else:  # keep NCCL's reason, e.g. "(no module)"
+                _add(r.gdr_disabled_hcas, name + m.group("rest").rstrip())
+        elif m := re.match(r"(?:Channel|Ring) \d+(?:/\d+)? : .* via (.+?)\s*$", msg):
+            self.transport(r, m.group(1))
+        elif (m := re.match(r"Channel \d+/(\d+) :[\s\d]+$", msg)) or (
+            m := re.match(r"(\d+) coll channels", msg)
+        ):
+            r.channels = max(r.channels or 0, int(m.group(1)))
+        elif msg.startswith("Trees ") or msg.startswith("Connected all trees"):
+            r.trees = True
+        elif m := re.search(r"comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) cudaDev (\d+)", msg):
+            r.rank, r.nranks = int(m.group(1)), int(m.group(2))
+        elif m := re.match(r"(NCCL_\w+) set by environment to (\S+?)\.?$", msg):
+            self.env[m.group(1)] = m.group(2)
+
+    def transport(self, r: RankInfo, via: str) -> None:
+        _add(r.transports, via)
+        net = _NET_VIA.match(via)
+        if net is None:
+            return
+        r.net_channels += 1
+        if net.group("net").upper().startswith("IB"):  # IB, IBext, IBext_v8 (SHARP plugin)
+            r.ib_channels += 1
+        if net.group("gdr"):
+            r.gdr_channels += 1
+        if r.network is None:  # old logs print no "Using network" line
+            r.network = net.group("net")
+
+    def warn(self, r: RankInfo, msg: str, src: str) -> None:
+        r.warnings.append(msg)
+        where = f"{r.key} {src}".strip()
+        self.problems.append(classify_warning(msg, where))
+
+    def finish(self) -> LogReport:
+        ranks = list(self.ranks.values())
+        # Facts printed once per process (network, devices, version) hold for its threads.
+        by_process: dict[tuple[str, str], list[RankInfo]] = {}
+        for r in ranks:
+            by_process.setdefault((r.node, r.pid or ""), []).append(r)
+        for group in by_process.values():
+            for attr in ("version", "network", "ofi_provider"):
+                value = next((getattr(r, attr) for r in group if getattr(r, attr)), None)
+                for r in group:
+                    if getattr(r, attr) is None:
+                        setattr(r, attr, value)
+            devices = next((r.net_devices for r in group if r.net_devices), [])
+            socket = any(r.socket_selected for r in group)
+            for r in group:
+                r.net_devices = r.net_devices or list(devices)
+                if r.network is None and socket:
+                    r.network = "Socket"
+                r.no_ib_device = r.no_ib_device or any(g.no_ib_device for g in group)
+        for r in ranks:
+            r.version = r.version or self.version
+        return LogReport(ranks=ranks, problems=self.problems, version=self.version)
+
+
+def _add(items: list[str], value: str) -> None:
+    if value not in items:
+        items.append(value)
+
+
+def _timeout_problem(where: str) -> Problem:
+    return Problem(
+        "error", "timeout", "a collective timed out",
+        "one rank stopped progressing: find the first NCCL WARN or the node that died; "
+        "run a pair sweep (slurmfabric pairs) to find a slow or broken link",
+        where,
+    )
+
+
+def classify_warning(msg: str, where: str = "") -> Problem:
+    """Map one ``NCCL WARN`` message to a problem with its usual remedy."""
+    if "ibv_modify_qp" in msg:
+        return Problem(
+            "error", "ibv_modify_qp", msg,
+            "the RDMA queue pair could not be connected: on RoCE check the GID index "
+            "(NCCL_IB_GID_INDEX; NCCL >= 2.21 picks it itself) and that both ports are ACTIVE "
+            "with a route between their IPs; on IB check the subnet manager and port state",
+            where,
+        )
+    completion = _COMPLETION.search(msg)
+    if completion:
+        status = int(completion.group("st"))
+        meaning = WC_STATUS.get(status, f"ibv_wc_status {status}")
+        remedy = (
+            "check the link: port counters (symbol_error, link_downed), cable and switch "
+            "port, and RoCE settings (GID index, traffic class, lossless config)"
+            if status in (12, 13)
+            else "check GPUDirect RDMA (nvidia_peermem or DMA-BUF), PCIe ACS off on bare "
+            "metal, and IOMMU settings; retry with NCCL_NET_GDR_LEVEL=LOC to confirm"
+            if status == 4
+            else "look for the first error before this one; check the port and its peer"
+        )
+        return Problem("error", "ib_completion", f"{msg} -> {meaning}", remedy, where)
+    lowered = msg.lower()
+    if "timeout" in lowered or "timed out" in lowered:
+        return _timeout_problem(where or msg)
+    if "connection closed by remote peer" in lowered or "socket recv failed" in lowered:
+        return Problem(
+            "error", "peer_lost", msg,
+            "another rank died or aborted first: read that rank's log for the first error",
+            where,
+        )
+    if msg.startswith("NET/OFI"):
+        return Problem(
+            "error", "ofi", msg,
+            "the libfabric plugin failed: check that the EFA/verbs devices are visible "
+            "(/dev/infiniband in the container) and that `fi_info -p efa` lists them",
+            where,
+        )
+    if "libibverbs" in msg:
+        return Problem(
+            "warning", "no_verbs", msg,
+            "libibverbs is missing here, so NCCL cannot use RDMA: install rdma-core "
+            "(or use an image that has it) on nodes that have RDMA NICs",
+            where,
+        )
+    return Problem(
+        "warning", "nccl_warn", msg, "read the message; it names the failing call", where
+    )
+
+
+def parse_log(text: str, source: str = "log", expect_gdr: bool = False,
+              allow_socket: bool = False) -> LogReport:
+    """Parse one log text and derive the problems that need no single warning line."""
+    parser = _Parser(source)
+    for line in text.splitlines():
+        parser.feed(line)
+    report = parser.finish()
+    add_derived_problems(report, parser.env, expect_gdr=expect_gdr, allow_socket=allow_socket)
+    return report
+
+
+def merge(reports: list[LogReport]) -> LogReport:
+    """Several files (one per rank or node) as one report."""
+    ranks = [r for rep in reports for r in rep.ranks]
+    problems = [p for rep in reports for p in rep.problems]
+    version = next((rep.version for rep in reports if rep.version), None)
+    return LogReport(ranks=ranks, problems=problems, version=version)
+
+
+def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: bool,
+                         allow_socket: bool) -> None:
+    forced = env.get("NCCL_NET", "").lower() == "socket" or env.get("NCCL_IB_DISABLE") == "1"
+    for r in report.ranks:
+        if r.uses_socket and not allow_socket:
+            why = "NET/IB found no device" if r.no_ib_device else "NCCL chose sockets"
+            if forced:
+                why = "sockets were forced (NCCL_NET=Socket or NCCL_IB_DISABLE=1)"
+            report.problems.append(Problem(
+                "error", "socket_fallback", f"{r.key} uses NET/Socket: {why}",
+                "make the RDMA NICs visible to NCCL (NCCL_IB_HCA must match "
+                "/sys/class/infiniband names, rdma-core and /dev/infiniband in the container); "
+                "set NCCL_NET=IB so a missing device fails instead of falling back",
+                r.key,
+            ))
+        elif r.network and r.network.upper().startswith("IB") and r.gdr is False:
+            detail = ", ".join(r.gdr_disabled_hcas) or "IB channels without /GDRDMA"
+            report.problems.append(Problem(
+                "error" if expect_gdr else "warning", "gdr_off",
+                f"{r.key} uses NET/IB without GPUDirect RDMA ({detail})",
+                "load nvidia_peermem (or use DMA-BUF with the open kernel modules), disable "
+                "PCIe ACS on bare metal, check NCCL_NET_GDR_LEVEL against the GPU-NIC distance",
+                r.key,
+            ))
+        elif r.no_ib_device and not r.uses_socket and r.network is None:
+            report.problems.append(Problem(
+                "warning", "no_ib_device", f"{r.key}: NET/IB : No device found",
+                "NCCL found no RDMA NIC; unless another plugin carries the traffic it falls "
+                "back to sockets", r.key,
+            ))
