@@ -1,0 +1,102 @@
+"""``slurmfabric render``: print or write the sbatch script for a job config."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from slurmfabric.errors import UsageError
+
+PARTS = ("script", "env", "launch")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The config options shared by ``render`` and ``submit``."""
+    parser.add_argument("-c", "--config", metavar="FILE", help="job config (TOML)")
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+        help="override one field, e.g. job.nodes=2 or 'program.command=[\"python\", \"t.py\"]'"
+        " (highest precedence; repeatable)",
+    )
+    parser.add_argument(
+        "--site-defaults", metavar="FILE",
+        help="site defaults TOML (default: $SLURMFABRIC_SITE_DEFAULTS or "
+        "/etc/slurmfabric/defaults.toml; '' for none)",
+    )
+    parser.add_argument("--from-script", metavar="SCRIPT",
+                        help="re-render from the config embedded in a rendered script")
+    parser.add_argument("--slurmfabric-bin", metavar="PATH",
+                        help="slurmfabric command used inside the script (default: the one "
+                        "next to this Python, else 'slurmfabric')")
+
+
+def rerender_command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this render (shown in the script header)."""
+    words = ["slurmfabric", "render"]
+    if args.config:
+        words += ["-c", str(Path(args.config).resolve())]
+    for item in args.sets:
+        words += ["--set", item]
+    if args.site_defaults is not None:
+        words += ["--site-defaults", args.site_defaults]
+    command = shlex.join(words)
+    if any(name.startswith("SLURMFABRIC_") and "__" in name for name in os.environ):
+        command += "  (plus the SLURMFABRIC_* environment)"
+    return command
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """Load the config the options describe (raises ConfigError, exit 2)."""
+    if args.from_script:
+        if args.config or args.sets:
+            raise UsageError("--from-script cannot be combined with -c or --set")
+        from slurmfabric.render import config_from_script
+
+        try:
+            text = Path(args.from_script).read_text()
+        except OSError as exc:
+            raise UsageError(f"{args.from_script}: cannot read: {exc.strerror}") from None
+        return config_from_script(text)
+    from slurmfabric.config import load_config
+
+    return load_config(args.config, args.sets, args.site_defaults)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric render",
+        description="Render the sbatch script for a job config. Sources, highest first: "
+        "--set, SLURMFABRIC_* environment (SLURMFABRIC_JOB__NODES=2), -c FILE, site "
+        "defaults, built-in defaults.",
+    )
+    add_config_arguments(parser)
+    parser.add_argument("--part", choices=PARTS, default="script",
+                        help="the whole script (default), or only the env block or launch line")
+    parser.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from slurmfabric import render
+
+    config = config_from_args(args)
+    if args.part == "env":
+        text = render.render_env_block(config, slurmfabric_bin=args.slurmfabric_bin)
+    elif args.part == "launch":
+        text = render.render_launch(config, slurmfabric_bin=args.slurmfabric_bin)
+    else:
+        text = render.render_sbatch(config, slurmfabric_bin=args.slurmfabric_bin,
+                                    rerender=rerender_command(args))
+    if args.output:
+        out = Path(args.output)
+        out.write_text(text)
+        out.chmod(0o755)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,49 @@
+"""``slurmfabric submit``: render, then submit, validate (--test-only) or show (--dry-run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from slurmfabric.commands.render import add_config_arguments, config_from_args, rerender_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric submit",
+        description="Render a job config and submit it; prints the job id.",
+    )
+    add_config_arguments(parser)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print the exact submission command and script; submit nothing")
+    mode.add_argument("--test-only", action="store_true",
+                      help="ask Slurm to validate the job (sbatch --test-only); no job starts")
+    parser.add_argument("--backend", choices=("sbatch", "pyslurm", "auto"), default="sbatch",
+                        help="sbatch (default), pyslurm (optional extra), or auto: pyslurm "
+                        "when it imports and matches the running Slurm")
+    parser.add_argument("--workdir", metavar="DIR",
+                        help="directory to submit from (job output lands there by default)")
+    parser.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[],
+                        metavar="ARG", help="extra sbatch command-line argument (repeatable)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from slurmfabric import submit
+
+    request = submit.build_request(
+        config_from_args(args),
+        backend=args.backend,
+        test_only=args.test_only,
+        sbatch_args=args.sbatch_args,
+        workdir=args.workdir,
+        rerender=rerender_command(args),
+        slurmfabric_bin=args.slurmfabric_bin,
+    )
+    if args.dry_run:
+        sys.stdout.write(request.describe())
+        return 0
+    print(submit.submit(request))
+    return 0

@@ -1,0 +1,352 @@
+"""The job config model: four sections, each field checked where it is declared.
+
+Field checks (types, ranges, Slurm's own formats) live on the fields; checks that need
+several fields (launcher vs. tasks and GPUs) live in ``cross_field_problems`` so that a bad
+config reports every problem at once, one line each, naming the field and what is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LAUNCHERS = ("torchrun", "srun", "mpirun", "srun-pmix", "nccl-tests")
+FABRICS = ("auto", "ib", "roce", "efa", "tcp")
+NCCL_TESTS_OPS = (
+    "all_reduce", "all_gather", "alltoall", "broadcast", "gather", "hypercube",
+    "reduce", "reduce_scatter", "scatter", "sendrecv",
+)
+# Signals worth sending before the time limit (sbatch --signal); names without "SIG".
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "URG")
+
+# sbatch --time forms (sbatch(1)): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, plus unlimited.
+_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
+TIME_FORMS = "MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, " \
+    "DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS or UNLIMITED"
+# Conservative job names: safe in every #SBATCH parser, squeue column and file name.
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-=@:]{0,127}$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# #SBATCH values: sbatch and pyslurm split these lines on whitespace and cut at '#', so a
+# value must be one plain word.
+_SBATCH_WORD = re.compile(r"^[^\s'\"#\\`$]+$")
+
+
+def _sbatch_word(value: Optional[str], what: str) -> Optional[str]:
+    if value is not None and not _SBATCH_WORD.match(value):
+        raise ValueError(
+            f"{what} {value!r} goes into an #SBATCH line and must be one word without "
+            "spaces, quotes, '#', '\\', '`' or '$'"
+        )
+    return value
+
+
+class Section(BaseModel):
+    """Unknown keys are errors: a typo must not silently fall back to a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobSection(Section):
+    """What Slurm allocates: each field maps to one ``#SBATCH`` option."""
+
+    name: str = "slurmfabric"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time: Optional[str] = None
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    ntasks_per_node: Optional[int] = Field(None, ge=1)
+    cpus_per_task: Optional[int] = Field(None, ge=1)
+    mem: Optional[str] = None
+    exclusive: bool = False
+    constraint: Optional[str] = None
+    reservation: Optional[str] = None
+    output: Optional[str] = None
+    error: Optional[str] = None
+    array: Optional[str] = None
+    dependency: Optional[str] = None
+    requeue: Optional[bool] = None
+    mail_type: Optional[str] = None
+    mail_user: Optional[str] = None
+    extra_sbatch: list[str] = Field(default_factory=list)
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # TOML `time = 30` means 30 minutes, as in sbatch
+        if isinstance(value, str) and not (
+            _TIME.match(value) or value.upper() in ("UNLIMITED", "INFINITE")
+        ):
+            raise ValueError(f"time limit {value!r} is not a form Slurm accepts: {TIME_FORMS}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _JOB_NAME.match(value):
+            raise ValueError(
+                f"job name {value!r} is not accepted: use 1-128 letters, digits and . _ + - = @ :"
+                ", starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _MEM.match(value):
+            raise ValueError(f"memory {value!r} is not accepted: use a number with K, M, G or T")
+        return value
+
+    @field_validator(
+        "partition", "account", "qos", "constraint", "reservation", "output", "error",
+        "array", "dependency", "mail_type", "mail_user",
+    )
+    @classmethod
+    def _word(cls, value: Optional[str], info: Any) -> Optional[str]:
+        return _sbatch_word(value, info.field_name)
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _extra(cls, value: list[str]) -> list[str]:
+        for line in value:
+            if not line.startswith("-") or "\n" in line or "\r" in line:
+                raise ValueError(
+                    f"extra #SBATCH option {line!r} must be one line starting with '-' "
+                    "(for example '--gres=nvme:1'); '#SBATCH' is added for you"
+                )
+        return value
+
+
+class Rendezvous(Section):
+    """torchrun rendezvous; MASTER_PORT is picked at run time inside ``port_range``."""
+
+    backend: Literal["c10d"] = "c10d"
+    port_range: tuple[int, int] = (29500, 30499)
+
+    @field_validator("port_range")
+    @classmethod
+    def _range(cls, value: tuple[int, int]) -> tuple[int, int]:
+        low, high = value
+        if not 1024 <= low <= high <= 65535:
+            raise ValueError(
+                f"port range {low}-{high} is not accepted: need 1024 <= low <= high <= 65535"
+            )
+        return value
+
+
+class NcclTests(Section):
+    """One nccl-tests binary run per op (``all_reduce`` -> ``all_reduce_perf``)."""
+
+    ops: list[str] = Field(default_factory=lambda: ["all_reduce"])
+    bin_dir: Optional[str] = None
+    min_bytes: str = "8"
+    max_bytes: str = "8G"
+    step_factor: int = Field(2, ge=2)
+    iters: int = Field(20, ge=1)
+    warmup_iters: int = Field(5, ge=0)
+    check: int = Field(1, ge=0)
+
+    @field_validator("ops")
+    @classmethod
+    def _ops(cls, value: list[str]) -> list[str]:
+        bad = [op for op in value if op not in NCCL_TESTS_OPS]
+        if bad or not value:
+            raise ValueError(
+                f"nccl-tests ops {bad or value!r} not accepted: choose from "
+                + ", ".join(NCCL_TESTS_OPS)
+            )
+        return value
+
+    @field_validator("min_bytes", "max_bytes")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if not _MEM.match(value):
+            raise ValueError(f"size {value!r} is not accepted: use a number with K, M or G")
+        return value
+
+
+class LauncherSection(Section):
+    """How ranks start: the launcher, torchrun's worker count, signals, helper paths."""
+
+    type: Literal["torchrun", "srun", "mpirun", "srun-pmix", "nccl-tests"] = "torchrun"
+    nproc_per_node: Optional[int] = Field(None, ge=1)
+    rendezvous: Rendezvous = Field(default_factory=Rendezvous)
+    signal: Optional[str] = None
+    signal_seconds: int = Field(120, ge=1, le=65535)
+    slurmfabric: Optional[str] = None
+    torchrun: str = "torchrun"
+    mpirun: str = "mpirun"
+    srun_args: list[str] = Field(default_factory=list)
+    mpirun_args: list[str] = Field(default_factory=list)
+    nccl_tests: NcclTests = Field(default_factory=NcclTests)
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return None
+        name = value.upper().removeprefix("SIG")
+        if name not in SIGNALS:
+            raise ValueError(
+                f"signal {value!r} is not accepted: choose from {', '.join(SIGNALS)}"
+            )
+        return name
+
+
+class ProgramSection(Section):
+    """What every rank runs, and where."""
+
+    command: list[str] = Field(default_factory=list)
+    workdir: Optional[str] = None
+    env: dict[str, str] = Field(default_factory=dict)
+    container_image: Optional[str] = None
+    container_mounts: list[str] = Field(default_factory=list)
+    modules: list[str] = Field(default_factory=list)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values(cls, value: Any) -> Any:
+        # TOML `OMP_NUM_THREADS = 4` is meant as the string "4".
+        if isinstance(value, dict):
+            return {
+                k: (str(v).lower() if isinstance(v, bool) else str(v))
+                if isinstance(v, (int, float)) else v
+                for k, v in value.items()
+            }
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not _ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(
+                f"environment variable names {bad!r} are not accepted: use letters, digits "
+                "and '_', not starting with a digit"
+            )
+        return value
+
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError(f"container image {value!r} must be one non-empty word")
+        return value
+
+
+class FabricSection(Section):
+    """The network; explicit NCCL settings are exported before launch and always win."""
+
+    type: Literal["auto", "ib", "roce", "efa", "tcp"] = "auto"
+    nccl: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("nccl", mode="before")
+    @classmethod
+    def _nccl_values(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: str(v) if isinstance(v, (int, float)) else v for k, v in value.items()}
+        return value
+
+    @field_validator("nccl")
+    @classmethod
+    def _nccl_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not (k.startswith("NCCL_") and _ENV_NAME.match(k))]
+        if bad:
+            raise ValueError(f"NCCL overrides {bad!r} are not accepted: names start with NCCL_")
+        return value
+
+
+def cross_field_problems(job: JobSection, launcher: LauncherSection,
+                         program: ProgramSection) -> list[str]:
+    """Rules that tie sections together; each returned line names the fields and the fix."""
+    problems: list[str] = []
+    kind = launcher.type
+    gpus, tasks = job.gpus_per_node, job.ntasks_per_node
+    if kind == "torchrun":
+        if tasks not in (None, 1):
+            problems.append(
+                f"job.ntasks_per_node: torchrun runs one task per node (it spawns the workers),"
+                f" got {tasks}; accepted: 1 or unset"
+            )
+        workers = launcher.nproc_per_node
+        if gpus and workers not in (None, gpus):
+            problems.append(
+                f"launcher.nproc_per_node: torchrun runs one worker per GPU, got {workers} with"
+                f" job.gpus_per_node={gpus}; accepted: {gpus} or unset"
+            )
+        if not gpus and workers is None:
+            problems.append(
+                "launcher.nproc_per_node: a CPU-only torchrun job (job.gpus_per_node=0) needs "
+                "the number of workers per node; accepted: an integer >= 1"
+            )
+    else:
+        if launcher.nproc_per_node is not None:
+            problems.append(
+                f"launcher.nproc_per_node: only used by torchrun, not {kind}; accepted: unset"
+            )
+        if gpus and tasks not in (None, gpus):
+            problems.append(
+                f"job.ntasks_per_node: {kind} runs one task per GPU, got {tasks} with "
+                f"job.gpus_per_node={gpus}; accepted: {gpus} or unset"
+            )
+        if not gpus and tasks is None:
+            problems.append(
+                f"job.ntasks_per_node: a CPU-only {kind} job (job.gpus_per_node=0) needs the "
+                "number of tasks per node; accepted: an integer >= 1"
+            )
+    if kind == "nccl-tests" and program.command:
+        problems.append(
+            "program.command: nccl-tests runs the binaries of launcher.nccl_tests.ops, not a "
+            "program; accepted: unset (empty)"
+        )
+    if kind != "nccl-tests" and not program.command:
+        problems.append(
+            "program.command: empty; accepted: the program and its arguments as a list, "
+            "e.g. [\"python\", \"train.py\"]"
+        )
+    if kind == "mpirun" and program.container_image:
+        problems.append(
+            "program.container_image: containers start through srun (pyxis); accepted with "
+            "launchers torchrun, srun, srun-pmix, nccl-tests, not mpirun"
+        )
+    return problems
+
+
+class JobConfig(BaseSettings):
+    """A whole job. Built by ``load_config`` from CLI sets, environment and TOML files."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SLURMFABRIC_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    job: JobSection = Field(default_factory=JobSection)
+    launcher: LauncherSection = Field(default_factory=LauncherSection)
+    program: ProgramSection = Field(default_factory=ProgramSection)
+    fabric: FabricSection = Field(default_factory=FabricSection)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: Any, env_settings: Any,
+        dotenv_settings: Any, file_secret_settings: Any,
+    ) -> tuple[Any, ...]:
+        """Precedence, highest first: ``--set`` (init kwargs), environment, the user's TOML
+        file, the site defaults file. The files come from ``load_config``."""
+        from slurmfabric.config.sources import EnvSource, active_file_sources
+
+        return (init_settings, EnvSource(settings_cls), *active_file_sources(settings_cls))
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> JobConfig:
+        problems = cross_field_problems(self.job, self.launcher, self.program)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self

@@ -1,0 +1,132 @@
+"""Config sources other than pydantic-settings' own (init kwargs, environment).
+
+``--set key=value`` strings become a nested dict; TOML files are read with errors that name
+the file. The files for one ``load_config`` call are handed to ``JobConfig`` through a
+context variable, so concurrent loads (threads, tests) never see each other's files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
+
+from slurmfabric.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python < 3.11 only
+    import tomli as tomllib
+
+_FILES: ContextVar[tuple[Path, ...]] = ContextVar("slurmfabric_config_files", default=())
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """One TOML file as a dict; a missing or malformed file is a ConfigError naming it."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such config file"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+
+
+class TomlFileSource(PydanticBaseSettingsSource):
+    """A TOML file (the user's ``-c job.toml`` or the site defaults)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        super().__init__(settings_cls)
+        self.path = path
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole file
+
+    def __call__(self) -> dict[str, Any]:
+        return read_toml(self.path)
+
+
+# Dict fields whose keys are environment variable names: their case matters.
+_CASED_DICTS = (("program", "env"), ("fabric", "nccl"))
+
+
+class EnvSource(EnvSettingsSource):
+    """SLURMFABRIC_* variables, nested with ``__`` (``SLURMFABRIC_JOB__NODES=2``).
+
+    Section and field names are case-insensitive, but pydantic-settings also lowercases
+    dict keys, which would turn ``SLURMFABRIC_PROGRAM__ENV__OMP_NUM_THREADS`` into
+    ``omp_num_threads``; the original spelling is restored from the environment.
+    """
+
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        for section, field in _CASED_DICTS:
+            values = data.get(section, {}).get(field) if isinstance(data.get(section), dict) \
+                else None
+            if not isinstance(values, dict):
+                continue
+            prefix = f"{self.env_prefix}{section}__{field}__".lower()
+            spelled = {name.lower()[len(prefix):]: name[len(prefix):]
+                       for name in os.environ if name.lower().startswith(prefix)}
+            data[section][field] = {spelled.get(k, k): v for k, v in values.items()}
+        return data
+
+
+@contextmanager
+def file_sources(paths: Sequence[Path]) -> Iterator[None]:
+    """Make ``paths`` (highest precedence first) the file sources of JobConfig inside."""
+    token = _FILES.set(tuple(paths))
+    try:
+        yield
+    finally:
+        _FILES.reset(token)
+
+
+def active_file_sources(settings_cls: type[BaseSettings]) -> list[TomlFileSource]:
+    return [TomlFileSource(settings_cls, path) for path in _FILES.get()]
+
+
+def parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``["job.nodes=2", "program.command=[\\"python\\", \\"x.py\\"]"]`` -> nested dict.
+
+    A value starting with ``[`` or ``{`` is read as a TOML inline value (lists, tables);
+    anything else stays a string and pydantic converts it (``"2"`` -> 2, ``"true"`` -> True),
+    so a job name like ``123`` is not turned into a number first.
+    """
+    result: dict[str, Any] = {}
+    problems: list[str] = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            problems.append(f"--set {item!r}: expected KEY=VALUE with a dotted key, "
+                            "e.g. job.nodes=2")
+            continue
+        value: Any = raw
+        if raw.lstrip().startswith(("[", "{")):
+            try:
+                value = tomllib.loads(f"v = {raw}")["v"]
+            except tomllib.TOMLDecodeError as exc:
+                problems.append(f"--set {key}: value {raw!r} is not a TOML list or table: {exc}")
+                continue
+        node = result
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                problems.append(f"--set {key}: {part} was already set to a plain value")
+                break
+            node = child
+        else:
+            node[parts[-1]] = value
+    if problems:
+        raise ConfigError(problems)
+    return result

@@ -1,0 +1,203 @@
+"""Render sbatch scripts from a JobConfig with Jinja2 templates.
+
+Every value a template prints must pass through a quoting filter: ``q`` (shell words),
+``qargs`` (argument lists), ``sbatch`` (one ``#SBATCH`` option), ``comment`` (header text).
+Integers may be printed as they are. Anything else is refused at render time by the
+``finalize`` hook, so an unquoted user string cannot slip into a script. Per-node and
+per-rank values (MASTER_ADDR, ranks, NCCL NICs, binding) are not computed here: the
+script calls ``slurmfabric env`` / ``slurmfabric launch`` on the nodes at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import sys
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+
+from slurmfabric import __version__
+from slurmfabric.config.models import JobConfig
+from slurmfabric.errors import ConfigError
+
+CONFIG_MARKER = "# slurmfabric-config: "
+_PACKAGE_TEMPLATES = Path(__file__).resolve().parent / "templates"  # wheel (force-include)
+_REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"  # editable install
+_SBATCH_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=[^\s'\"#\\`$]+)?$")
+
+
+class Shell(str):
+    """Text that is safe to paste into bash as it is (already quoted or checked)."""
+
+
+def q(value: Any) -> Shell:
+    """One shell word, quoted so bash passes it on byte for byte."""
+    if isinstance(value, Shell):
+        return value
+    return Shell(shlex.quote(str(value)))
+
+
+def qargs(values: Iterable[Any]) -> Shell:
+    return Shell(" ".join(q(v) for v in values))
+
+
+def sbatch_option(value: str) -> Shell:
+    """An ``#SBATCH`` option; the model already checked values, this refuses anything odd."""
+    if not _SBATCH_OPTION.match(value):
+        raise ConfigError([f"#SBATCH option {value!r} is not one plain word"])
+    return Shell(value)
+
+
+def comment(value: Any) -> Shell:
+    """Text for a ``#`` comment line: control characters escaped so it stays one line."""
+    text = str(value)
+    return Shell("".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text))
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, Shell) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise jinja2.TemplateError(
+        f"template printed {value!r} without a quoting filter (q, qargs, sbatch, comment)"
+    )
+
+
+def template_dirs() -> list[Path]:
+    """The package's templates (installed wheel) first, then the repo's (editable)."""
+    return [d for d in (_PACKAGE_TEMPLATES, _REPO_TEMPLATES) if d.is_dir()]
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs()]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=_finalize,
+    )
+    env.filters.update(q=q, qargs=qargs, sbatch=sbatch_option, comment=comment)
+    return env
+
+
+def default_slurmfabric_bin() -> str:
+    """The ``slurmfabric`` next to the running interpreter (a venv), else from PATH."""
+    candidate = Path(sys.executable).parent / "slurmfabric"
+    return str(candidate) if candidate.is_file() else "slurmfabric"
+
+
+def config_json(config: JobConfig) -> str:
+    """Canonical one-line JSON of the config: what the digest covers and the script embeds."""
+    return json.dumps(config.model_dump(mode="json"), sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=True)
+
+
+def config_digest(config: JobConfig) -> str:
+    return "sha256:" + hashlib.sha256(config_json(config).encode()).hexdigest()[:16]
+
+
+def tasks_per_node(config: JobConfig) -> int:
+    """Slurm tasks per node: 1 for torchrun (it spawns workers), else one per GPU/rank."""
+    job = config.job
+    if config.launcher.type == "torchrun":
+        return 1
+    return job.ntasks_per_node or job.gpus_per_node
+
+
+def workers_per_node(config: JobConfig) -> int:
+    """Ranks per node: torchrun workers, or Slurm tasks for the other launchers."""
+    if config.launcher.type == "torchrun":
+        return config.launcher.nproc_per_node or config.job.gpus_per_node
+    return tasks_per_node(config)
+
+
+def sbatch_options(config: JobConfig) -> list[str]:
+    """The modelled ``#SBATCH`` options, sorted (extra raw lines are added after them)."""
+    job, launcher = config.job, config.launcher
+    opts = [
+        f"--job-name={job.name}",
+        f"--nodes={job.nodes}",
+        f"--ntasks-per-node={tasks_per_node(config)}",
+    ]
+    if job.gpus_per_node:
+        opts.append(f"--gpus-per-node={job.gpus_per_node}")
+    valued = {
+        "partition": job.partition, "account": job.account, "qos": job.qos,
+        "time": job.time, "mem": job.mem, "cpus-per-task": job.cpus_per_task,
+        "constraint": job.constraint, "reservation": job.reservation,
+        "output": job.output, "error": job.error, "array": job.array,
+        "dependency": job.dependency, "mail-type": job.mail_type, "mail-user": job.mail_user,
+    }
+    opts += [f"--{key}={value}" for key, value in valued.items() if value is not None]
+    if job.exclusive:
+        opts.append("--exclusive")
+    if job.requeue is not None:
+        opts.append("--requeue" if job.requeue else "--no-requeue")
+    if launcher.signal:
+        # Sent to every job step (not the batch shell) signal_seconds before the time limit.
+        opts.append(f"--signal={launcher.signal}@{launcher.signal_seconds}")
+    return sorted(opts)
+
+
+def _context(config: JobConfig, slurmfabric_bin: Optional[str],
+             rerender: Optional[str] = None) -> dict[str, Any]:
+    ops = config.launcher.nccl_tests
+    binaries = [f"{op}_perf" if not ops.bin_dir else f"{ops.bin_dir.rstrip('/')}/{op}_perf"
+                for op in ops.ops]
+    return {
+        "config": config,
+        "job": config.job,
+        "launcher": config.launcher,
+        "program": config.program,
+        "fabric": config.fabric,
+        "sf": slurmfabric_bin or config.launcher.slurmfabric or default_slurmfabric_bin(),
+        "tasks_per_node": tasks_per_node(config),
+        "workers_per_node": workers_per_node(config),
+        "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
+        "nccl_tests_binaries": binaries,
+        "sbatch_options": sbatch_options(config),
+        "version": __version__,
+        "digest": config_digest(config),
+        "config_json": config_json(config),
+        "rerender": rerender,
+    }
+
+
+def _render(name: str, config: JobConfig, slurmfabric_bin: Optional[str] = None,
+            rerender: Optional[str] = None) -> str:
+    template = environment().get_template(name)
+    return template.render(**_context(config, slurmfabric_bin, rerender))
+
+
+def render_sbatch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None,
+                  rerender: Optional[str] = None) -> str:
+    """The whole sbatch script. ``rerender`` is the command shown in the header."""
+    return _render("sbatch.sh.j2", config, slurmfabric_bin, rerender)
+
+
+def render_env_block(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
+    """Only the environment block: modules, user and NCCL exports, job-level rank env."""
+    return _render("env.sh.j2", config, slurmfabric_bin)
+
+
+def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
+    """Only the launch command(s) for the config's launcher (one line per step)."""
+    return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
+
+
+def config_from_script(text: str) -> JobConfig:
+    """The config a rendered script embeds (its ``# slurmfabric-config:`` line)."""
+    for line in text.splitlines():
+        if line.startswith(CONFIG_MARKER):
+            data = json.loads(line[len(CONFIG_MARKER):])
+            return JobConfig.model_validate(data)
+    raise ConfigError(["script has no '# slurmfabric-config:' line; was it rendered by "
+                       "slurmfabric?"])
