@@ -104,6 +104,35 @@ def sbatch(
     return parse_parsable_jobid(out)
 
 
+def sbatch_test_only_command(args: list[str] | None = None) -> list[str]:
+    """``sbatch --test-only``: Slurm validates the script and estimates a start, no job."""
+    return ["sbatch", "--test-only", *(args or [])]
+
+
+def sbatch_test_only(
+    script_text: str,
+    args: list[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> str:
+    """Slurm's verdict on a script (``sbatch: Job N to start at ...``), which sbatch prints
+    on stderr even on success; a refusal raises SubmitError quoting sbatch verbatim."""
+    cmd = sbatch_test_only_command(args)
+    try:
+        proc = subprocess.run(cmd, input=script_text, capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=workdir, check=False)
+    except FileNotFoundError as exc:
+        raise SubmitError("sbatch: command not found",
+                          hint="install Slurm's client commands or put them on PATH") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SubmitError(f"sbatch --test-only did not return within {timeout:g} s") from exc
+    text = (proc.stderr + proc.stdout).strip()
+    if proc.returncode != 0:
+        raise SubmitError(f"sbatch failed: {text or f'exit code {proc.returncode}'}")
+    return text
+
+
 
 def parse_show_oneliner(line: str) -> dict[str, str]:
     """Parse one ``scontrol show -o`` record into a dict.
