@@ -174,7 +174,8 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
 def _render(name: str, config: JobConfig, slurmfabric_bin: Optional[str] = None,
             rerender: Optional[str] = None) -> str:
     template = environment().get_template(name)
-    return template.render(**_context(config, slurmfabric_bin, rerender))
+    # Jinja drops the newline after an include; a script must end with one.
+    return template.render(**_context(config, slurmfabric_bin, rerender)).rstrip("\n") + "\n"
 
 
 def render_sbatch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None,
