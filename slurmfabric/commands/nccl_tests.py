@@ -1,0 +1,120 @@
+"""``slurmfabric nccl-tests parse FILE``: read nccl-tests results and compare with the fabric."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from slurmfabric._sysfs import Root
+from slurmfabric.errors import UsageError
+from slurmfabric.validate.nccl_tests import (
+    TestRun,
+    discover_rates,
+    expected_busbw,
+    judge,
+    nominal_gbytes,
+    parse,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slurmfabric nccl-tests",
+        description="Work with nccl-tests output (all_reduce_perf, all_gather_perf, ...).",
+    )
+    sub = p.add_subparsers(dest="action", required=True)
+    parse_p = sub.add_parser(
+        "parse",
+        help="parse an output file; flag #wrong > 0 always, low bandwidth against an expectation",
+        description="Parse nccl-tests output. Expected bus bandwidth: sum of the node's NIC "
+        "port rates / 8 GB/s x 0.875-0.95 (8 x 400 Gb/s -> 350-380 GB/s). Exit 1 on data "
+        "errors or bandwidth below the expectation.",
+    )
+    parse_p.add_argument("file", help="nccl-tests output ('-' for stdin)")
+    parse_p.add_argument("--json", action="store_true")
+    how = parse_p.add_mutually_exclusive_group()
+    how.add_argument("--rates", help="NIC port rates in Gb/s, comma-separated (400,400,...)")
+    how.add_argument("--ports", type=int, help="number of NIC ports per node (with --port-rate)")
+    how.add_argument("--discover", action="store_true",
+                     help="read ACTIVE port rates from this node's /sys/class/infiniband")
+    how.add_argument("--expect-busbw", type=float, help="minimum busbw in GB/s")
+    parse_p.add_argument("--port-rate", type=float, default=400.0,
+                         help="Gb/s per port with --ports (default 400)")
+    parse_p.add_argument("--sysfs-root", help="root for --discover (tests, containers)")
+    return p
+
+
+def _rates(args: argparse.Namespace) -> list[float] | None:
+    if args.rates:
+        try:
+            return [float(x) for x in args.rates.split(",") if x.strip()]
+        except ValueError as exc:
+            raise UsageError(f"--rates {args.rates!r}: expected numbers like 400,400") from exc
+    if args.ports:
+        return [args.port_rate] * args.ports
+    if args.discover:
+        rates = discover_rates(Root(args.sysfs_root))
+        if not rates:
+            raise UsageError(
+                "no ACTIVE RDMA port found under /sys/class/infiniband",
+                hint="pass --rates or --ports/--port-rate, or run on a node with RDMA NICs",
+            )
+        return rates
+    return None
+
+
+def _render(runs: list[TestRun], verdicts, rates) -> str:
+    lines = []
+    if rates:
+        low, high = expected_busbw(rates)
+        lines.append(
+            f"fabric: {len(rates)} ports, {nominal_gbytes(rates):.0f} GB/s line rate -> "
+            f"expected busbw {low:.0f}-{high:.0f} GB/s on large messages"
+        )
+    for run, verdict in zip(runs, verdicts):
+        name = run.collective or "nccl-tests"
+        hosts = ", ".join(run.hosts) or "?"
+        lines.append(f"{name}: {len(run.devices) or '?'} ranks on {hosts}")
+        lines.append(f"  {'size (B)':>12}  {'busbw oop':>9}  {'busbw ip':>8}  {'#wrong':>6}")
+        for row in run.rows:
+            wrong = "N/A" if row.out_of_place.wrong is None else str(row.wrong)
+            lines.append(
+                f"  {row.size:>12}  {row.out_of_place.busbw:>9.2f}  "
+                f"{row.in_place.busbw:>8.2f}  {wrong:>6}"
+            )
+        if run.avg_busbw is not None:
+            lines.append(f"  avg bus bandwidth {run.avg_busbw:g} GB/s")
+        for finding in verdict.findings:
+            lines.append(f"  {finding}")
+        lines.append(f"  result: {'OK' if verdict.ok else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    rates = _rates(args)
+    if args.file == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            with open(args.file, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
+    runs = parse(text)
+    if not runs:
+        raise UsageError(
+            f"{args.file}: no nccl-tests output found",
+            hint="pass the stdout of all_reduce_perf (or another *_perf binary)",
+        )
+    verdicts = [judge(run, rates, args.expect_busbw) for run in runs]
+    if args.json:
+        print(json.dumps(
+            {"runs": [dict(run.as_dict(), verdict=v.as_dict()) for run, v in zip(runs, verdicts)],
+             "ok": all(v.ok for v in verdicts)},
+            indent=2,
+        ))
+    else:
+        print(_render(runs, verdicts, rates))
+    return 0 if all(v.ok for v in verdicts) else 1

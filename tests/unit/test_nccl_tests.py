@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurmfabric._sysfs import Root
+from slurmfabric.commands import nccl_tests as cmd
+from slurmfabric.validate.nccl_tests import (
+    discover_rates,
+    expected_busbw,
+    judge,
+    parse,
+    parse_rate,
+)
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
+
+
+def one(name: str):
+    runs = parse((FIX / name).read_text())
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_two_node_h100_header_devices_rows_footer():
+    run = one("nccl-tests-allreduce-2node-h100.txt")
+    assert run.header["nGpus"] == "1" and run.header["maxBytes"] == "17179869184"
+    assert run.header["warmup iters"] == "5" and run.header["agg iters"] == "1"
+    assert len(run.devices) == 16
+    assert run.devices[8].host == "inst-yyyyy-h100-ol89" and run.devices[8].bus == "0x0f"
+    assert run.hosts == ["inst-xxxxx-h100-ol89", "inst-yyyyy-h100-ol89"]
+    assert [r.size for r in run.rows][-1] == 17179869184
+    last = run.rows[-1]
+    assert (last.redop, last.root, last.type) == ("sum", -1, "float")
+    assert last.out_of_place.busbw == 464.57 and last.in_place.busbw == 464.79
+    assert last.out_of_place.time_us == 69338 and last.out_of_place.wrong == 0
+    assert run.out_of_bounds == 0 and run.avg_busbw == 458.452
+    assert run.large_message_busbw() == 464.79 and not run.data_errors
+
+
+def test_wrong_counts_printed_with_g_are_data_errors():
+    run = one("nccl-tests-allreduce-wrong-failed.txt")
+    big = run.rows[-1]
+    assert big.out_of_place.wrong == 536871000  # "5.36871e+08" as nccl-tests prints it
+    assert run.rows[0].wrong == 16
+    assert run.out_of_bounds == 216 and run.data_errors
+    verdict = judge(run)  # no bandwidth expectation: data errors still fail
+    assert not verdict.ok and verdict.findings[0].startswith("DATA ERRORS")
+
+
+def test_old_format_error_column_is_not_a_wrong_count():
+    run = one("nccl-tests-allreduce-old-error-column.txt")
+    row = run.rows[0]
+    assert row.root is None and row.redop == "sum"
+    assert row.out_of_place.error == 1e-06 and row.out_of_place.wrong is None
+    assert run.wrong_total == 0 and len(run.rows) == 6
+
+
+def test_old_broadcast_without_redop_and_na_check():
+    run = one("nccl-tests-broadcast-old-no-redop.txt")
+    (row,) = run.rows
+    assert row.redop is None and row.root == 0 and row.out_of_place.error is None
+    assert run.nccl_version == "2.9.6"
+    assert [d.host for d in run.devices] == ["v100-gpu-1", "v100-gpu-5"]
+
+
+def test_new_header_lines_and_pci_domain_bus_ids():
+    run = one("nccl-tests-allreduce-gb10-2.20.txt")
+    assert run.tests_version == "2.20.0" and run.collective == "all_reduce_perf"
+    assert run.devices[1].bus == "000f:01:00" and run.devices[1].name == "NVIDIA GB10"
+    assert len(run.rows) == 4 and run.header["unalign"] == "0"
+
+
+def test_launcher_prefixes_are_stripped():
+    tagged = one("nccl-tests-allreduce-mpirun-tagged.txt")
+    assert [r.size for r in tagged.rows] == [8, 16, 32] and tagged.avg_busbw == 92.3405
+    labelled = one("nccl-tests-allreduce-srun-label.txt")
+    assert labelled.large_message_busbw() == 479.28 and len(labelled.rows) == 9
+
+
+def test_rccl_broadcast_trailer_and_rows_without_header():
+    run = one("nccl-tests-broadcast-rccl-concluded.txt")
+    assert run.collective == "broadcast_perf"
+    assert run.rows[0].redop == "none" and run.rows[0].root == 0 and len(run.rows) == 10
+
+
+def test_several_runs_in_one_output():
+    text = (FIX / "nccl-tests-allreduce-2node-h100.txt").read_text()
+    text += (FIX / "nccl-tests-allreduce-wrong-failed.txt").read_text()
+    runs = parse(text)
+    assert [len(r.rows) for r in runs] == [5, 8]
+    assert runs[0].out_of_bounds == 0 and runs[1].out_of_bounds == 216
+
+
+def test_expected_rule_matches_8x400():
+    low, high = expected_busbw([400.0] * 8)
+    assert (low, high) == (350.0, 380.0)
+
+
+def test_judge_low_bandwidth_and_small_messages():
+    run = one("nccl-tests-allreduce-srun-label.txt")  # 479 GB/s at 8 GiB
+    assert judge(run, [400.0] * 8).ok
+    slow = judge(run, [400.0] * 16)  # 800 GB/s line rate -> wants >= 700
+    assert not slow.ok and "LOW BANDWIDTH" in slow.findings[-1]
+    tiny = one("nccl-tests-allreduce-gb10-2.20.txt")
+    verdict = judge(tiny, [200.0])
+    assert verdict.ok and "not judged" in verdict.findings[0]
+
+
+def test_parse_rate_and_discover_from_fake_sysfs(tmp_path):
+    assert parse_rate("400 Gb/sec (4X NDR)") == 400.0
+    assert parse_rate("25 Gb/sec (1X EDR)") == 25.0 and parse_rate("garbage") is None
+    for dev, state in (("mlx5_0", "4: ACTIVE"), ("mlx5_1", "4: ACTIVE"), ("mlx5_2", "1: DOWN")):
+        port = tmp_path / "sys/class/infiniband" / dev / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    assert discover_rates(Root(tmp_path)) == [400.0, 400.0]
+
+
+def test_cli_parse_json_and_exit_codes(capsys):
+    ok = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-2node-h100.txt"),
+                   "--ports", "16", "--port-rate", "200", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert ok == 0 and data["ok"] and data["runs"][0]["large_message_busbw"] == 464.79
+    assert data["runs"][0]["verdict"]["expected"] == [350.0, 380.0]
+    bad = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-wrong-failed.txt")])
+    assert bad == 1 and "DATA ERRORS" in capsys.readouterr().out
+    low = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-2node-h100.txt"),
+                    "--expect-busbw", "500"])
+    assert low == 1
+
+
+def test_cli_rejects_non_output(tmp_path):
+    f = tmp_path / "x.txt"
+    f.write_text("nothing here\n")
+    with pytest.raises(Exception, match="no nccl-tests output"):
+        cmd.main(["parse", str(f)])
