@@ -1,0 +1,244 @@
+"""``slurmfabric fabric``: audit the InfiniBand fabric and show its link table.
+
+    slurmfabric fabric audit [--json] [--prom FILE] [--baseline FILE] [--save FILE] ...
+    slurmfabric fabric links [--node NAME] [--local] [--json] [--input FILE]
+
+Exit status of ``audit``: 0 when nothing was found, 1 when there are findings, 2 on usage
+errors. The tools (iblinkinfo, perfquery, ibstat, ibnetdiscover) are taken from PATH, from
+``--<tool> PATH`` or ``SLURMFABRIC_<TOOL>``; ``--ibdiag-args`` (or SLURMFABRIC_IBDIAG_ARGS)
+is added to every call, e.g. ``-C mlx5_0 -P 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from slurmfabric.errors import UsageError
+from slurmfabric.fabric import audit as fa
+from slurmfabric.fabric import names, parse, runner
+
+
+def _tool_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("tools")
+    for tool in runner.TOOLS:
+        group.add_argument(f"--{tool}", metavar="PATH", help=f"path of {tool}")
+    group.add_argument("--ibdiag-args", metavar="ARGS", help="extra arguments for every tool")
+    group.add_argument("--timeout", type=float, default=60.0, help="seconds per tool call")
+    group.add_argument("--jobs", type=int, default=8, help="concurrent perfquery calls")
+    naming = parser.add_argument_group("node names")
+    naming.add_argument("--node-map", metavar="FILE", help="node-name-map file: 0xGUID \"node\"")
+    naming.add_argument(
+        "--name-pattern", metavar="REGEX", help="regex on the node description; group 1 = node"
+    )
+
+
+def _tools(args: argparse.Namespace) -> runner.Tools:
+    import shlex
+
+    tools = runner.Tools.from_env()
+    for tool in runner.TOOLS:
+        path = getattr(args, tool, None)
+        if path:
+            tools.paths[tool] = path
+    if args.ibdiag_args is not None:
+        tools.extra_args = shlex.split(args.ibdiag_args)
+    tools.timeout = args.timeout
+    tools.jobs = args.jobs
+    return tools
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric fabric", description="InfiniBand fabric audit with infiniband-diags"
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+
+    p_audit = sub.add_parser("audit", help="find degraded/down links and erroring ports")
+    p_audit.add_argument("--json", action="store_true", help="print the audit as JSON")
+    p_audit.add_argument("--prom", metavar="FILE", help="write Prometheus textfile metrics")
+    p_audit.add_argument("--baseline", metavar="FILE", help="previous audit (--save/--json)")
+    p_audit.add_argument("--save", metavar="FILE", help="save this audit for a later --baseline")
+    p_audit.add_argument("--topology", metavar="FILE", help="expected ibnetdiscover topology")
+    p_audit.add_argument("--expect-nodes", metavar="LIST", help="nodes that must be present")
+    p_audit.add_argument("--expect-width", metavar="WIDTH", help="minimum width, e.g. 4X")
+    p_audit.add_argument("--expect-rate", metavar="GBPS", type=float, help="minimum Gb/s")
+    p_audit.add_argument(
+        "--threshold", metavar="NAME=N", action="append", default=[],
+        help="error counter threshold (repeatable), e.g. SymbolErrorCounter=0",
+    )
+    p_audit.add_argument(
+        "--thresholds-file", metavar="FILE",
+        help="thresholds in ibqueryerrors' error_thresholds format",
+    )
+    p_audit.add_argument("--no-counters", action="store_true", help="skip perfquery")
+    p_audit.add_argument("--input", metavar="FILE", help="recorded 'iblinkinfo --line' output")
+    p_audit.add_argument("--drain", action="store_true", help="drain nodes with findings")
+    _tool_options(p_audit)
+
+    p_links = sub.add_parser("links", help="show the parsed link table")
+    p_links.add_argument("--node", metavar="NAME", help="only links of this node")
+    p_links.add_argument("--local", action="store_true", help="this host's ports (ibstat)")
+    p_links.add_argument("--json", action="store_true")
+    p_links.add_argument("--input", metavar="FILE", help="recorded iblinkinfo/ibstat output")
+    _tool_options(p_links)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.action == "links":
+        return _links(args)
+    return _audit(args)
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
+def _links(args: argparse.Namespace) -> int:
+    tools = _tools(args)
+    if args.local:
+        text = _read(args.input, "ibstat output") if args.input else runner.ibstat(tools)
+        ports = parse.parse_ibstat(text)
+        if args.json:
+            print(json.dumps([p.__dict__ for p in ports], indent=2))
+            return 0
+        for p in ports:
+            print(f"{p.ca}/{p.port}  {p.state}/{p.phys}  rate {p.rate:g}  lid {p.lid}  "
+                  f"{p.link_layer}")
+        return 0
+    namer = names.load_namer(args.node_map, args.name_pattern)
+    text = _read(args.input, "iblinkinfo output") if args.input else runner.iblinkinfo(tools)
+    links = fa.build_links(parse.parse_iblinkinfo(text), namer)
+    if args.node:
+        links = [link for link in links if link.node == args.node]
+        if not links:
+            raise UsageError(f"no up link of node {args.node!r} in the fabric",
+                             hint="check the name with 'slurmfabric fabric links'")
+    if args.json:
+        print(json.dumps([link.to_dict() for link in links], indent=2))
+    else:
+        print(fa.format_links(links))
+    return 0
+
+
+def _thresholds(args: argparse.Namespace) -> dict[str, int]:
+    out: dict[str, int] = {}
+    items: list[tuple[str, str]] = []
+    if args.thresholds_file:
+        for line in _read(args.thresholds_file, "thresholds file").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                items.append((args.thresholds_file, line))
+    items += [("--threshold", item) for item in args.threshold]
+    for source, item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise UsageError(f"{source}: expected NAME=N, got {item!r}",
+                             hint="e.g. --threshold SymbolErrorCounter=0")
+        out[name.strip()] = int(value)
+    return out
+
+
+def _expect_nodes(text: str | None) -> list[str]:
+    if not text:
+        return []
+    try:
+        from slurmfabric import hostlist  # type: ignore[attr-defined]
+
+        return list(hostlist.expand(text))
+    except (ImportError, AttributeError):
+        if "[" in text:
+            raise UsageError(
+                f"--expect-nodes {text!r}: bracket ranges need slurmfabric.hostlist",
+                hint="list the nodes comma-separated",
+            ) from None
+        return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _load_baseline(path: str) -> dict[str, object]:
+    try:
+        data = json.loads(_read(path, "baseline"))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"baseline {path} is not JSON: {exc}",
+                         hint="use a file written by 'fabric audit --save' or --json") from exc
+    if not isinstance(data, dict) or "links" not in data:
+        raise UsageError(f"baseline {path} has no 'links'; was it written by 'fabric audit'?")
+    return data
+
+
+def _audit(args: argparse.Namespace) -> int:
+    tools = _tools(args)
+    namer = names.load_namer(args.node_map, args.name_pattern)
+    thresholds = _thresholds(args)
+    text = _read(args.input, "iblinkinfo output") if args.input else runner.iblinkinfo(tools)
+    links = fa.build_links(parse.parse_iblinkinfo(text), namer)
+    counters: dict[str, dict[str, int]] = {}
+    errors: list[str] = []
+    if not args.no_counters and not args.input:
+        counters, errors = runner.collect_link_counters(tools, links)
+    expected: list[fa.Link] = []
+    baseline_counters = None
+    if args.baseline:
+        base = _load_baseline(args.baseline)
+        expected += [fa.Link.from_dict(item) for item in base["links"]]  # type: ignore[union-attr]
+        baseline_counters = base.get("counters") or {}
+    if args.topology:
+        topo = parse.parse_ibnetdiscover(_read(args.topology, "topology"))
+        expected += fa.expected_from_topology(topo, namer)
+    findings = fa.audit(
+        links,
+        counters,
+        expected=expected,
+        expect_nodes=_expect_nodes(args.expect_nodes),
+        baseline_counters=baseline_counters,  # type: ignore[arg-type]
+        thresholds=thresholds,
+        expect_width=args.expect_width,
+        expect_rate=args.expect_rate,
+    )
+    now = time.time()
+    document = {
+        "version": 1,
+        "created": now,
+        "findings": [f.__dict__ for f in findings],
+        "links": [link.to_dict() for link in links],
+        "counters": counters,
+        "errors": errors,
+    }
+    if args.save:
+        Path(args.save).write_text(json.dumps(document, indent=2) + "\n")
+    if args.prom:
+        from slurmfabric.fabric import metrics
+
+        metrics.write_textfile(args.prom, metrics.render(links, counters, findings, now))
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(fa.format_table(findings))
+        for error in errors:
+            print(f"slurmfabric: warning: counters not read: {error}", file=sys.stderr)
+    if args.drain:
+        _drain(findings)
+    return 1 if findings else 0
+
+
+def _drain(findings: list[fa.Finding]) -> None:
+    """Drain nodes with findings through the health hooks' drain module."""
+    try:
+        from slurmfabric.health import drain as drain_mod  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise UsageError(
+            "--drain needs slurmfabric.health.drain, which this install lacks"
+        ) from exc
+    done: set[str] = set()
+    for finding in findings:
+        if finding.node and finding.node not in done and finding.severity != "warning":
+            drain_mod.drain(finding.node, f"fabric-{finding.check}", finding.detail)
+            done.add(finding.node)

@@ -1,0 +1,8 @@
+"""InfiniBand fabric audit with the infiniband-diags tools.
+
+``runner`` runs the tools (with deadlines), ``parse`` turns their text into values,
+``names`` maps HCAs to Slurm node names, ``audit`` turns links and counters into findings,
+``metrics`` writes Prometheus textfile metrics. The CLI is ``slurmfabric fabric``.
+"""
+
+from __future__ import annotations
