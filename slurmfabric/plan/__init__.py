@@ -1,0 +1,290 @@
+"""The NCCL/NUMA plan: a pure function of a Topology that says what to set, and why.
+
+``make_plan(topo, local_world_size, ...)`` returns NCCL environment settings with a
+one-line reason each, warnings, and one ``RankBinding`` per local rank. The user's own
+NCCL_* values always win and are reported as such. Standard library only: it runs on
+every rank.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+
+from slurmfabric.plan.bind import RankBinding, plan_bindings
+from slurmfabric.plan.rails import RailChoice, choose_rails, gid_index
+from slurmfabric.topology.model import Topology, distance_rank
+from slurmfabric.topology.net import route_to
+
+__all__ = ["Plan", "RankBinding", "make_plan", "parse_nccl_version", "visible_gpus_from_env"]
+
+# NCCL >= 2.21 picks the RoCE GID itself (first configured, non-link-local, RoCE v2, IPv4
+# unless NCCL_IB_ADDR_FAMILY=AF_INET6); older NCCL defaults to index 0 (FACTS.md §5).
+AUTO_GID_SINCE = (2, 21)
+
+
+@dataclass
+class Plan:
+    fabric: str  # "ib", "roce", "efa", "gib", "tcpxo", "tcp"
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # decisions to leave things to NCCL
+    bindings: list[RankBinding] = field(default_factory=list)
+    rails: RailChoice = field(default_factory=RailChoice)
+    user_set: dict[str, str] = field(default_factory=dict)  # NCCL_* the user set already
+
+    def binding(self, local_rank: int) -> RankBinding:
+        return self.bindings[local_rank]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "fabric": self.fabric,
+            "nccl_env": dict(self.nccl_env),
+            "reasons": dict(self.reasons),
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "rails": [p.name for p in self.rails.rails],
+            "excluded": dict(self.rails.excluded),
+            "gids": {name: g.index for name, g in self.rails.gids.items()},
+            "user_set": dict(self.user_set),
+            "bindings": [b.to_dict() for b in self.bindings],
+        }
+
+
+def parse_nccl_version(value: object) -> tuple[int, ...] | None:
+    """``"2.21.5"``, ``(2, 21, 5)`` or NCCL's integer code 22105 -> (2, 21, 5)."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return tuple(int(v) for v in value)
+    text = str(value).strip()
+    if text.isdigit() and len(text) >= 5:  # ncclGetVersion: major*10000 + minor*100 + patch
+        code = int(text)
+        return (code // 10000, (code % 10000) // 100, code % 100)
+    try:
+        return tuple(int(p) for p in text.split("+")[0].split(".") if p != "")
+    except ValueError:
+        return None
+
+
+def visible_gpus_from_env(env: dict[str, str]) -> list[str] | None:
+    """Absolute GPU numbers for this step: SLURM_STEP_GPUS / SLURM_JOB_GPUS first (device
+    minors), then CUDA_VISIBLE_DEVICES (relative to the cgroup when Slurm constrains
+    devices, so only trusted when the Slurm variables are absent)."""
+    for key in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        value = env.get(key)
+        if value is not None and value.strip() not in ("", "NoDevFiles"):
+            return [v for v in value.split(",") if v.strip()]
+    return None
+
+
+def _resolve(addr: str) -> str | None:
+    try:
+        ipaddress.ip_address(addr)
+        return addr
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(addr, None)[0][4][0]
+    except (OSError, IndexError):
+        return None
+
+
+def make_plan(
+    topo: Topology,
+    local_world_size: int,
+    *,
+    allowed_cpus: object = None,
+    visible_gpus: list[str] | None = None,
+    master_addr: str | None = None,
+    user_env: dict[str, str] | None = None,
+    nccl_version: object = None,
+) -> Plan:
+    user_env = dict(user_env or {})
+    version = parse_nccl_version(nccl_version)
+    family = user_env.get("NCCL_IB_ADDR_FAMILY") or None
+    choice = choose_rails(topo, family)
+    plan = Plan(fabric="tcp", rails=choice)
+    plan.warnings.extend(choice.warnings)
+    want: dict[str, tuple[str, str]] = {}  # var -> (value, reason)
+
+    if "gib" in topo.markers or "tcpxo" in topo.markers:
+        kind = "gib" if "gib" in topo.markers else "tcpxo"
+        plan.fabric = kind
+        plan.notes.append(
+            f"GCP {'gIB' if kind == 'gib' else 'TCPXO'} node: source {topo.markers[kind]} "
+            "(it sets NCCL_NET, plugin paths and tuning); slurmfabric sets no NCCL_IB_* here"
+        )
+    elif any(d.is_efa for d in topo.rdma):
+        plan.fabric = "efa"
+        efa = [d.name for d in topo.rdma if d.is_efa]
+        plan.notes.append(
+            f"AWS EFA ({len(efa)} devices): no NCCL_IB_* at all; the aws-ofi-nccl plugin "
+            "picks the NICs and sets its own topology and tuning"
+        )
+        if "aws-ofi-nccl" not in topo.markers:
+            plan.warnings.append(
+                "EFA devices but no aws-ofi-nccl plugin found under /opt/amazon/ofi-nccl: NCCL "
+                "will use TCP sockets unless the plugin is on LD_LIBRARY_PATH"
+            )
+    elif choice.rails:
+        plan.fabric = "ib" if choice.link_layer == "InfiniBand" else "roce"
+        _rdma_env(plan, choice, version, family, want)
+    else:
+        total = len(topo.ports)
+        why = (
+            f"all {total} RDMA ports are unusable ("
+            + "; ".join(f"{k}: {v}" for k, v in list(choice.excluded.items())[:3])
+            + ("; ..." if total > 3 else "")
+            + ")"
+            if total
+            else "no RDMA devices in /sys/class/infiniband"
+        )
+        plan.warnings.append(
+            f"TCP ONLY: {why}. NCCL will use TCP sockets between nodes, "
+            "typically 10-50x slower than RDMA"
+        )
+
+    if master_addr:
+        _socket_ifname(plan, topo, master_addr, want)
+    else:
+        plan.notes.append("no master address given: NCCL_SOCKET_IFNAME left to NCCL")
+
+    allowed = (
+        tuple(sorted(int(c) for c in allowed_cpus))
+        if allowed_cpus is not None
+        else topo.allowed_cpus
+    )
+    plan.bindings = plan_bindings(
+        topo, local_world_size, choice.rails, allowed, visible_gpus, plan.warnings
+    )
+    if plan.fabric in ("ib", "roce"):
+        _gdr_level(plan, topo, want)
+    _apply_user(plan, want, user_env)
+    _check_user_hca(plan, topo, user_env)
+    return plan
+
+
+def _rdma_env(
+    plan: Plan, choice: RailChoice, version: tuple[int, ...] | None, family: str | None, want: dict
+) -> None:
+    names = [p.name for p in choice.rails]
+    rate = (
+        f"{int(choice.rate_gbps)}"
+        if choice.rate_gbps and choice.rate_gbps.is_integer()
+        else str(choice.rate_gbps)
+    )
+    want["NCCL_IB_HCA"] = (
+        "=" + ",".join(names),
+        f"{len(names)} ACTIVE {choice.link_layer} ports at {rate} Gb/s within PXB of a GPU; "
+        f"exact names ('=') so mlx5_1 cannot also match mlx5_10; "
+        f"{len(choice.excluded)} other ports left out (see --explain)",
+    )
+    want["NCCL_NET"] = (
+        "IB",
+        "make NCCL fail loudly instead of silently falling back to TCP sockets",
+    )
+    if choice.link_layer != "Ethernet":
+        plan.notes.append("InfiniBand link layer: no GID index needed (NCCL addresses by LID)")
+        return
+    if choice.family == "AF_INET6" and family is None:
+        want["NCCL_IB_ADDR_FAMILY"] = (
+            "AF_INET6",
+            "the rail ports have RoCE v2 GIDs with IPv6 addresses only",
+        )
+    index, odd = gid_index(choice)
+    if odd:
+        plan.warnings.append(
+            f"RoCE GID index differs between rail ports ({', '.join(odd)} differ from index "
+            f"{index}); NCCL < 2.21 uses one index for every port"
+        )
+    if version is not None and version >= AUTO_GID_SINCE:
+        plan.notes.append(
+            f"NCCL {'.'.join(map(str, version))} picks the RoCE GID itself "
+            f"(would be index {index}): NCCL_IB_GID_INDEX left unset"
+        )
+    elif index is not None:
+        kind = "IPv6" if choice.family == "AF_INET6" else "IPv4-mapped"
+        seen = "unknown" if version is None else ".".join(map(str, version))
+        want["NCCL_IB_GID_INDEX"] = (
+            str(index),
+            f"RoCE v2 {kind} non-link-local GID on {len(choice.gids) - len(odd)} rail ports; "
+            f"NCCL {seen} (< 2.21 or unknown) would default to index 0",
+        )
+
+
+def _socket_ifname(plan: Plan, topo: Topology, master_addr: str, want: dict) -> None:
+    address = _resolve(master_addr)
+    if address is None:
+        plan.warnings.append(
+            f"cannot resolve master address {master_addr!r}: NCCL_SOCKET_IFNAME left unset"
+        )
+        return
+    iface, why = route_to(address, topo.netdevs, topo.routes)
+    if iface is None or iface == "lo":
+        plan.warnings.append(f"{why}: NCCL_SOCKET_IFNAME left unset")
+        return
+    want["NCCL_SOCKET_IFNAME"] = (
+        f"={iface}",
+        f"{why}; exact name ('=') so 'eth' cannot match virbr0-like names",
+    )
+
+
+def _gdr_level(plan: Plan, topo: Topology, want: dict) -> None:
+    dists = [b.nic_distance for b in plan.bindings if b.nic_distance]
+    if topo.gdr.mode == "none":
+        plan.warnings.append(f"GPUDirect RDMA unavailable: {topo.gdr.evidence}")
+        return
+    if dists and all(d == "PHB" for d in dists):
+        want["NCCL_NET_GDR_LEVEL"] = (
+            "PHB",
+            "every GPU's nearest rail NIC is PHB (through the CPU root complex); NCCL's default "
+            "PXB (src/graph/paths.cc ncclTopoCheckGdr) would turn GPUDirect RDMA off",
+        )
+    elif dists and any(distance_rank(d) > 1 for d in dists):
+        far = sorted(
+            {b.gpu.index for b in plan.bindings if b.gpu and distance_rank(b.nic_distance) > 1}
+        )
+        plan.warnings.append(
+            f"GPUs {far} have no rail NIC within PXB: their traffic crosses the CPU "
+            "without GPUDirect RDMA"
+        )
+    else:
+        plan.notes.append(
+            f"NCCL_NET_GDR_LEVEL left at NCCL's default PXB: rail NICs are {sorted(set(dists))}"
+        )
+
+
+def _apply_user(plan: Plan, want: dict, user_env: dict[str, str]) -> None:
+    for key, value in user_env.items():
+        if key.startswith("NCCL_"):
+            plan.user_set[key] = value
+    for key, (value, why) in want.items():
+        if key in user_env:
+            mine = "same value" if user_env[key] == value else f"slurmfabric would set {value!r}"
+            plan.nccl_env[key] = user_env[key]
+            plan.reasons[key] = f"set by the user ({mine}: {why})"
+        else:
+            plan.nccl_env[key] = value
+            plan.reasons[key] = why
+
+
+def _check_user_hca(plan: Plan, topo: Topology, user_env: dict[str, str]) -> None:
+    """Warn about a user NCCL_IB_HCA whose bare prefixes match more than meant (FACTS §5)."""
+    value = user_env.get("NCCL_IB_HCA")
+    if not value:
+        return
+    body = value.lstrip("^")
+    if body.startswith("="):
+        return
+    names = {d.name for d in topo.rdma}
+    for entry in body.split(","):
+        dev = entry.split(":")[0]
+        extra = sorted(n for n in names if n != dev and n.startswith(dev))
+        if extra:
+            plan.warnings.append(
+                f"NCCL_IB_HCA={value!r}: the prefix {dev!r} also matches {', '.join(extra)}; "
+                f"write '={value.lstrip('^')}' for exact names"
+            )

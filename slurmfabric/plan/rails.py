@@ -1,0 +1,161 @@
+"""Which RDMA ports carry NCCL traffic (the rails), and which GID each RoCE rail uses.
+
+Rules (FACTS.md §5 and the NCCL env docs): a rail is an ACTIVE/LinkUp port within PXB of
+a GPU, in the node's dominant link layer, at the highest rate; frontend (bonded) and
+storage NICs, Down or INIT ports, SR-IOV VFs whose PF is visible and devices without a
+uverbs node are left out, each with a reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort, Topology, distance_rank
+
+
+@dataclass
+class RailChoice:
+    rails: list[RdmaPort] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)  # "mlx5_4:1" -> why
+    link_layer: str | None = None
+    rate_gbps: float | None = None
+    family: str = "AF_INET"  # RoCE address family of the chosen GIDs
+    gids: dict[str, Gid] = field(default_factory=dict)  # rail name -> chosen GID
+    nearest: dict[str, str] = field(default_factory=dict)  # port -> distance to nearest GPU
+    warnings: list[str] = field(default_factory=list)
+
+
+def _bonds(topo: Topology) -> set[str]:
+    return {n.name for n in topo.netdevs if n.is_bond}
+
+
+def _bond_of(topo: Topology, port: RdmaPort, bonds: set[str]) -> str | None:
+    names = {port.netdev} | {g.ndev for g in port.gids}
+    for name in names:
+        if not name:
+            continue
+        if name in bonds:
+            return name
+        dev = topo.netdev(name)
+        if dev is not None and dev.master in bonds:
+            return dev.master
+    return None
+
+
+def routable_gid(port: RdmaPort, family: str) -> Gid | None:
+    """NCCL >= 2.21's own pick: RoCE v2, not link-local, IPv4-mapped unless AF_INET6."""
+    for gid in port.gids:
+        if not gid.is_v2 or gid.is_link_local:
+            continue
+        if (family == "AF_INET6") != gid.is_ipv4_mapped:
+            return gid
+    return None
+
+
+def _state_reason(port: RdmaPort) -> str | None:
+    if port.state != "ACTIVE":
+        hint = " (link up but no subnet manager has configured it)" if port.state == "INIT" else ""
+        return f"port state {port.state}{hint}"
+    if port.phys_state != "LinkUp":
+        return f"physical state {port.phys_state}"
+    return None
+
+
+def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
+    choice = RailChoice()
+    bonds = _bonds(topo)
+    pf_addresses = {d.pci.address: d.name for d in topo.rdma if d.pci and not d.is_vf}
+    candidates: list[tuple[RdmaDevice, RdmaPort]] = []
+    for dev in topo.rdma:
+        if dev.is_efa:
+            for port in dev.ports:
+                choice.excluded[port.name] = "AWS EFA device: the aws-ofi-nccl plugin drives it"
+            continue
+        for port in dev.ports:
+            why = _state_reason(port)
+            if why is None and dev.is_vf and dev.pci and dev.pci.physfn in pf_addresses:
+                why = f"SR-IOV VF of {pf_addresses[dev.pci.physfn]} (its PF is visible here)"
+            if why is None and (bond := _bond_of(topo, port, bonds)):
+                why = f"on {bond}: a bonded frontend NIC"
+            if why is None and not dev.has_uverbs:
+                why = "no uverbs device: verbs cannot open it (no /dev/infiniband in a container?)"
+            if why:
+                choice.excluded[port.name] = why
+            else:
+                candidates.append((dev, port))
+
+    # RoCE needs a routable GID; pick the family once for the whole node.
+    roce = [p for _, p in candidates if p.link_layer == "Ethernet"]
+    if family is None:
+        has_v4 = any(routable_gid(p, "AF_INET") for p in roce)
+        has_v6 = any(routable_gid(p, "AF_INET6") for p in roce)
+        family = "AF_INET6" if (has_v6 and not has_v4) else "AF_INET"
+    choice.family = family
+    kept: list[tuple[RdmaDevice, RdmaPort]] = []
+    for dev, port in candidates:
+        if port.link_layer == "Ethernet":
+            gid = routable_gid(port, family)
+            if gid is None:
+                kind = "IPv6" if family == "AF_INET6" else "IPv4"
+                choice.excluded[port.name] = f"no RoCE v2 {kind} GID (no address on its netdev?)"
+                continue
+            choice.gids[port.name] = gid
+        kept.append((dev, port))
+
+    # Distance to the nearest GPU decides rail vs frontend/storage.
+    if topo.gpus:
+        for dev, port in kept:
+            best = min((topo.distance(g, dev) for g in topo.gpus), key=distance_rank)
+            choice.nearest[port.name] = best
+        near = [(d, p) for d, p in kept if distance_rank(choice.nearest[p.name]) <= 1]
+        if near:
+            for _, port in kept:
+                if distance_rank(choice.nearest[port.name]) > 1:
+                    choice.excluded[port.name] = (
+                        f"nearest GPU is {choice.nearest[port.name]}: "
+                        "a storage/frontend NIC, not a rail"
+                    )
+            kept = near
+        elif kept:
+            choice.warnings.append(
+                "no RDMA port is within PXB of a GPU (flat or virtualised PCIe?): "
+                "using every active port as a rail"
+            )
+
+    if not kept:
+        return choice
+    layers = Counter(p.link_layer for _, p in kept)
+    # Most ports wins; on a tie InfiniBand beats Ethernet (native fabric, no GID to get wrong).
+    layer = max(layers, key=lambda name: (layers[name], name == "InfiniBand"))
+    rate = max((p.rate_gbps or 0.0) for _, p in kept if p.link_layer == layer)
+    for _, port in kept:
+        if port.link_layer != layer:
+            choice.excluded[port.name] = f"link layer {port.link_layer}; the rails are {layer}"
+        elif (port.rate_gbps or 0.0) < rate:
+            choice.excluded[port.name] = (
+                f"{_gbps(port.rate_gbps)} Gb/s; the rails run at {_gbps(rate)} Gb/s"
+            )
+        else:
+            choice.rails.append(port)
+    choice.link_layer, choice.rate_gbps = layer, rate
+    for name in list(choice.gids):
+        if name not in {p.name for p in choice.rails}:
+            del choice.gids[name]
+    return choice
+
+
+def _gbps(rate: float | None) -> str:
+    if rate is None:
+        return "?"
+    return str(int(rate)) if float(rate).is_integer() else str(rate)
+
+
+def gid_index(choice: RailChoice) -> tuple[int | None, list[str]]:
+    """The one NCCL_IB_GID_INDEX for the node (NCCL < 2.21 uses one index for every HCA)."""
+    if not choice.gids:
+        return None, []
+    counts = Counter(g.index for g in choice.gids.values())
+    index = max(counts, key=lambda i: (counts[i], -i))
+    odd = [name for name, g in choice.gids.items() if g.index != index]
+    return index, odd

@@ -1,0 +1,82 @@
+"""Fabric discovery: one frozen ``Topology`` snapshot of this node (or of a fixture tree).
+
+``discover(root)`` reads sysfs/procfs under ``root`` (default: ``SLURMFABRIC_SYSFS_ROOT`` or
+``/``). It uses the standard library only, because it runs on every rank; NVML is used
+only on a real node and only if importable. Unreadable files never raise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from slurmfabric import _sysfs
+from slurmfabric.topology._io import Reader, as_root
+from slurmfabric.topology.model import (
+    DISTANCES,
+    GdrSupport,
+    Gid,
+    Gpu,
+    NetDev,
+    NumaNode,
+    PciDevice,
+    RdmaDevice,
+    RdmaPort,
+    Route,
+    Topology,
+    distance_rank,
+)
+
+__all__ = [
+    "DISTANCES",
+    "GdrSupport",
+    "Gid",
+    "Gpu",
+    "NetDev",
+    "NumaNode",
+    "PciDevice",
+    "RdmaDevice",
+    "RdmaPort",
+    "Route",
+    "Topology",
+    "discover",
+    "discover_with_reader",
+    "distance_rank",
+]
+
+
+def discover(
+    root: str | os.PathLike[str] | _sysfs.Root | None = None, *, nvml: bool | None = None
+) -> Topology:
+    """Snapshot this node. ``nvml=None`` uses NVML only on the real root with a driver."""
+    return discover_with_reader(Reader(as_root(root)), nvml=nvml)
+
+
+def discover_with_reader(reader: Reader, *, nvml: bool | None = None) -> Topology:
+    from slurmfabric.topology import gpu, net, numa, rdma
+
+    real_root = os.path.realpath(reader.base) == "/"
+    if nvml is None:
+        nvml = real_root and os.path.exists("/dev/nvidiactl")
+    routes = net.read_routes(reader)
+    numa_nodes = numa.discover_numa(reader)
+    online = numa.online_cpus(reader) or tuple(c for n in numa_nodes for c in n.cpus)
+    allowed = numa.allowed_cpus(reader, online)
+    gpus, gpu_source = gpu.discover_gpus(reader, use_nvml=bool(nvml))
+    notes: list[str] = []
+    if not reader.listdir("/sys"):
+        notes.append(f"{Path(reader.base) / 'sys'} is missing or empty: is the root right?")
+    return Topology(
+        root=str(reader.base),
+        rdma=rdma.discover_rdma(reader),
+        netdevs=net.discover_netdevs(reader, routes),
+        gpus=gpus,
+        numa=numa_nodes,
+        allowed_cpus=allowed,
+        cpu_siblings=numa.cpu_siblings(reader, allowed),
+        gdr=numa.discover_gdr(reader),
+        routes=routes,
+        markers=numa.discover_markers(reader),
+        gpu_source=gpu_source,
+        notes=tuple(notes),
+    )

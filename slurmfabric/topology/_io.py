@@ -1,0 +1,118 @@
+"""File access for discovery, rooted anywhere, optionally recording what it read.
+
+Every reader goes through ``Reader`` so that ``slurmfabric topo snapshot`` can write a
+tarball of exactly the files, directory listings and symlinks discovery used, and a user
+can replay it on a login node (``topo --from``). Readers never raise for kernel quirks:
+``_sysfs.read_text`` already turns ENOENT/EINVAL/EACCES/ENODEV into None.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from slurmfabric import _sysfs
+
+
+class Reader:
+    """Reads absolute paths (``/sys/...``) inside ``root``; records them when asked."""
+
+    def __init__(self, root: _sysfs.Root, record: bool = False) -> None:
+        self.root = root
+        self.base = str(root.path)
+        self.record = record
+        self.files: dict[str, str | None] = {}
+        self.dirs: dict[str, list[str]] = {}
+        self.links: dict[str, str] = {}
+        self.present: set[str] = set()  # checked for existence only (plugin .so markers)
+
+    def host(self, absolute: str) -> str:
+        return os.path.join(self.base, absolute.lstrip("/"))
+
+    def text(self, absolute: str) -> str | None:
+        value = _sysfs.read_text(self.host(absolute))
+        if self.record:
+            self._note_links(absolute)
+            self.files[absolute] = value
+        return value
+
+    def int(self, absolute: str, base: int = 10) -> int | None:
+        text = self.text(absolute)
+        if text is None:
+            return None
+        try:
+            return int(text, base)
+        except ValueError:  # "N/A (no PMA)" and other non-numbers
+            return None
+
+    def listdir(self, absolute: str) -> list[str]:
+        entries = _sysfs.list_dir(self.host(absolute))
+        if self.record:
+            self._note_links(absolute)
+            self.dirs[absolute] = entries
+        return entries
+
+    def exists(self, absolute: str) -> bool:
+        found = os.path.lexists(self.host(absolute))
+        if self.record and found:
+            self._note_links(absolute)
+            if os.path.isfile(self.host(absolute)):
+                self.present.add(absolute)
+        return found
+
+    def is_dir(self, absolute: str) -> bool:
+        return os.path.isdir(self.host(absolute))
+
+    def realpath(self, absolute: str) -> str:
+        """The absolute in-root path with every symlink resolved (``/sys/devices/...``)."""
+        resolved = os.path.realpath(self.host(absolute))
+        if self.record:
+            self._note_links(absolute)
+        base = os.path.realpath(self.base)
+        if resolved == base:
+            return "/"
+        if resolved.startswith(base.rstrip("/") + "/"):
+            return "/" + resolved[len(base.rstrip("/")) + 1 :]
+        return resolved  # escaped the root (absolute link in a fixture): keep as is
+
+    def readlink_name(self, absolute: str) -> str | None:
+        """Basename of a symlink's target (``device/physfn`` -> ``0000:17:00.0``)."""
+        try:
+            target = os.readlink(self.host(absolute))
+        except OSError:
+            return None
+        if self.record:
+            self._note_links(absolute)
+        return os.path.basename(target.rstrip("/"))
+
+    def _note_links(self, absolute: str) -> None:
+        """Remember every symlink along ``absolute`` so a tarball can rebuild the path."""
+        parts = [p for p in absolute.split("/") if p]
+        current = ""
+        for index, part in enumerate(parts):
+            current = f"{current}/{part}"
+            host = self.host(current)
+            if current in self.links:
+                target = self.links[current]
+            elif os.path.islink(host):
+                try:
+                    target = os.readlink(host)
+                except OSError:
+                    return
+                self.links[current] = target
+            else:
+                continue
+            # continue inside the resolved directory, as the kernel does
+            joined = os.path.normpath(os.path.join(os.path.dirname(current), target))
+            rest = "/".join(parts[index + 1 :])
+            if rest:
+                self._note_links(f"{joined}/{rest}")
+            else:
+                self._note_links(joined)
+            return
+
+
+def as_root(root: str | os.PathLike[str] | _sysfs.Root | None) -> _sysfs.Root:
+    if isinstance(root, _sysfs.Root):
+        return root
+    return _sysfs.Root(None if root is None else Path(root))

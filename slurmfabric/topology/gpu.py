@@ -1,0 +1,108 @@
+"""NVIDIA GPUs: PCI functions with vendor 0x10de and class 0x0302xx/0x0300xx, plus names,
+UUIDs and minor numbers from /proc/driver/nvidia or, when asked, NVML (nvidia-ml-py,
+imported lazily: it costs ~45 ms and needs the driver, FACTS.md §10)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from slurmfabric.topology import pci
+from slurmfabric.topology._io import Reader
+from slurmfabric.topology.model import Gpu, PciDevice
+
+NVIDIA = "0x10de"
+GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (datacenter GPUs), VGA controller
+
+
+def _candidates(reader: Reader) -> list[str]:
+    # With the driver loaded its bind directory lists the GPUs (and NVSwitches) directly,
+    # which saves reading every PCI function's vendor file on a 300-function node.
+    bound = [e for e in reader.listdir("/sys/bus/pci/drivers/nvidia") if ":" in e]
+    if bound:
+        return bound
+    return [
+        e
+        for e in reader.listdir("/sys/bus/pci/devices")
+        if reader.text(f"/sys/bus/pci/devices/{e}/vendor") == NVIDIA
+    ]
+
+
+def _proc_info(reader: Reader, bus_id: str) -> dict[str, str]:
+    """/proc/driver/nvidia/gpus/<bus>/information: ``Model:``, ``GPU UUID:``, ``Device Minor:``."""
+    text = reader.text(f"/proc/driver/nvidia/gpus/{bus_id}/information") or ""
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" in line:
+            key, _, value = line.partition(":")
+            info[key.strip()] = value.strip()
+    return info
+
+
+def _nvml_info() -> dict[str, dict[str, object]] | None:
+    """bus id -> {uuid, name, minor, index} from NVML, or None when NVML is unusable."""
+    try:
+        import pynvml  # optional dependency: slurmfabric[nvml]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded: fall back to sysfs
+        return None
+    info: dict[str, dict[str, object]] = {}
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+            bus = bus.decode() if isinstance(bus, bytes) else bus
+            # NVML spells the domain with 8 digits ("00000000:18:00.0"); sysfs with 4.
+            bus = bus.lower()[-12:]
+            entry: dict[str, object] = {"index": index}
+            for key, call in (
+                ("uuid", pynvml.nvmlDeviceGetUUID),
+                ("name", pynvml.nvmlDeviceGetName),
+                ("minor", pynvml.nvmlDeviceGetMinorNumber),
+            ):
+                try:
+                    value = call(handle)
+                    entry[key] = value.decode() if isinstance(value, bytes) else value
+                except Exception:  # not supported on this GPU/driver
+                    pass
+            info[bus] = entry
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return info
+
+
+def discover_gpus(reader: Reader, use_nvml: bool = False) -> tuple[tuple[Gpu, ...], str]:
+    devices: list[PciDevice] = []
+    for entry in _candidates(reader):
+        klass = (reader.text(f"/sys/bus/pci/devices/{entry}/class") or "").lower()
+        if not klass.startswith(GPU_CLASSES):
+            continue  # NVSwitch (0x0680), audio functions, ...
+        device = pci.read_device(reader, f"/sys/bus/pci/devices/{entry}")
+        if device is not None and device.vendor == NVIDIA:
+            devices.append(device)
+    devices.sort(key=lambda d: d.address)
+    nvml = _nvml_info() if use_nvml and devices else None
+    gpus: list[Gpu] = []
+    for index, device in enumerate(devices):
+        proc = _proc_info(reader, device.address)
+        from_nvml = (nvml or {}).get(device.address, {})
+        minor = from_nvml.get("minor", proc.get("Device Minor"))
+        try:
+            minor_int = int(minor) if minor is not None else None  # type: ignore[arg-type]
+        except ValueError:
+            minor_int = None
+        gpus.append(
+            Gpu(
+                index=int(from_nvml.get("index", index)),  # type: ignore[arg-type]
+                pci=device,
+                uuid=str(from_nvml.get("uuid") or proc.get("GPU UUID") or "") or None,
+                name=str(from_nvml.get("name") or proc.get("Model") or "") or None,
+                minor=minor_int,
+            )
+        )
+    return tuple(gpus), ("nvml" if nvml else "sysfs")

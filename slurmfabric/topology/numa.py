@@ -1,0 +1,121 @@
+"""NUMA nodes, CPUs this process may use, physical cores, GPUDirect RDMA support and the
+marker files of cloud NCCL plugins."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from slurmfabric import _sysfs
+from slurmfabric.topology._io import Reader
+from slurmfabric.topology.model import GdrSupport, NumaNode
+
+NODE_DIR = "/sys/devices/system/node"
+CPU_DIR = "/sys/devices/system/cpu"
+
+# FACTS.md §5: any of these means the peer-memory client for GPUDirect RDMA is loaded.
+PEERMEM_FILES = (
+    "/sys/kernel/mm/memory_peers/nv_mem/version",  # nv_peer_mem (MLNX_OFED)
+    "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+    "/sys/module/nvidia_peermem/version",  # nvidia-peermem shipped with the driver
+)
+
+# Cloud plugins that own the NCCL network configuration (paths as their docs use them).
+MARKERS = {
+    # GCP A3 Ultra / A4 (gIB): "source /usr/local/gib/scripts/set_nccl_env.sh"
+    "gib": ("/usr/local/gib/scripts/set_nccl_env.sh",),
+    # GCP A3 Mega (TCPXO / FasTrak): nccl-env-profile.sh next to the plugin
+    "tcpxo": (
+        "/var/lib/tcpxo/lib64/nccl-env-profile.sh",
+        "/usr/local/nvidia/lib64/nccl-env-profile.sh",
+    ),
+    # AWS: aws-ofi-nccl installed by the DLAMI / EFA installer
+    "aws-ofi-nccl": (
+        "/opt/amazon/ofi-nccl/lib/libnccl-net.so",
+        "/opt/aws-ofi-nccl/lib/libnccl-net.so",
+    ),
+}
+
+
+def _cpulist(text: str | None) -> tuple[int, ...]:
+    try:
+        return tuple(_sysfs.parse_cpulist(text))
+    except ValueError:
+        return ()
+
+
+def discover_numa(reader: Reader) -> tuple[NumaNode, ...]:
+    nodes: list[NumaNode] = []
+    for entry in reader.listdir(NODE_DIR):
+        match = re.fullmatch(r"node(\d+)", entry)
+        if match:
+            nodes.append(
+                NumaNode(int(match.group(1)), _cpulist(reader.text(f"{NODE_DIR}/{entry}/cpulist")))
+            )
+    return tuple(sorted(nodes, key=lambda n: n.id))
+
+
+def online_cpus(reader: Reader) -> tuple[int, ...]:
+    return _cpulist(reader.text(f"{CPU_DIR}/online"))
+
+
+def allowed_cpus(reader: Reader, fallback: tuple[int, ...]) -> tuple[int, ...]:
+    """The job's CPUs: sched_getaffinity on the real node, Cpus_allowed_list in a fixture."""
+    if os.path.realpath(reader.base) == "/" and hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    for line in (reader.text("/proc/self/status") or "").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            cpus = _cpulist(line.split(":", 1)[1])
+            if cpus:
+                return cpus
+    return fallback
+
+
+def cpu_siblings(reader: Reader, cpus: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """cpu -> the hyperthreads of its physical core (thread_siblings_list, sysfs ABI)."""
+    result: dict[int, tuple[int, ...]] = {}
+    for cpu in cpus:
+        if cpu in result:
+            continue  # siblings are symmetric: one read per physical core
+        siblings = _cpulist(reader.text(f"{CPU_DIR}/cpu{cpu}/topology/thread_siblings_list"))
+        siblings = siblings or (cpu,)
+        for sibling in siblings:
+            result.setdefault(sibling, siblings)
+    return result
+
+
+def _kernel_at_least(release: str | None, major: int, minor: int) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", release or "")
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (major, minor)
+
+
+def discover_gdr(reader: Reader) -> GdrSupport:
+    for path in PEERMEM_FILES:
+        if reader.exists(path):
+            return GdrSupport("peermem", f"{path} exists")
+    if reader.exists("/sys/module/nvidia_peermem"):
+        return GdrSupport("peermem", "/sys/module/nvidia_peermem exists")
+    driver = reader.text("/proc/driver/nvidia/version")
+    release = reader.text("/proc/sys/kernel/osrelease")
+    # DMA-BUF GPUDirect RDMA needs the open GPU kernel modules and Linux >= 5.12; no peer
+    # module at all (FACTS.md §5: a peermem-only check fails healthy nodes).
+    if driver and "Open Kernel Module" in driver and _kernel_at_least(release, 5, 12):
+        return GdrSupport("dmabuf", f"open NVIDIA kernel module and kernel {release} (>= 5.12)")
+    if driver is None:
+        return GdrSupport("none", "no NVIDIA driver (/proc/driver/nvidia/version missing)")
+    why = "proprietary kernel module" if "Open Kernel Module" not in driver else f"kernel {release}"
+    return GdrSupport(
+        "none",
+        "no peer-memory module (nvidia_peermem / nv_peer_mem) and no DMA-BUF path "
+        f"({why}); load nvidia-peermem",
+    )
+
+
+def discover_markers(reader: Reader) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name, paths in MARKERS.items():
+        for path in paths:
+            if reader.exists(path):
+                found[name] = path
+                break
+    return found

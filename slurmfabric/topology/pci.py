@@ -1,0 +1,99 @@
+"""PCI functions from sysfs and the GPU-to-NIC distance nvidia-smi prints.
+
+A device's sysfs realpath is its bridge chain, e.g.
+``/sys/devices/pci0000:3f/0000:3f:01.1/0000:40:00.0/.../0000:48:00.0`` (OCI, FACTS.md §7):
+``pci0000:3f`` is the host bridge (root complex), the first BDF its root port, then the
+upstream/downstream ports of each PCIe switch, then the function itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+from slurmfabric import _sysfs
+from slurmfabric.topology._io import Reader
+from slurmfabric.topology.model import PciDevice
+
+_BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_HOST_BRIDGE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
+
+
+def chain_from_path(real: str) -> tuple[str, ...]:
+    """``/sys/devices/pci0000:17/0000:17:01.0/0000:18:00.0`` -> its host bridge and BDFs."""
+    parts = [p for p in real.split("/") if p]
+    chain: list[str] = []
+    for part in parts:
+        if _HOST_BRIDGE.match(part):
+            chain = [part]
+        elif chain and _BDF.match(part):
+            chain.append(part.lower())
+        elif chain:
+            break  # "infiniband", "net", ... below the function
+    return tuple(chain)
+
+
+def read_device(reader: Reader, sysfs_dir: str) -> PciDevice | None:
+    """The PCI function whose sysfs directory (link or real path) is ``sysfs_dir``."""
+    real = reader.realpath(sysfs_dir)
+    chain = chain_from_path(real)
+    if len(chain) < 2:
+        return None  # virtual device (bond, veth) or a path outside /sys/devices/pci*
+    base = "/sys/devices/" + "/".join(chain)
+    numa = reader.int(f"{base}/numa_node")
+    # numa_node reads -1 when firmware gives no proximity info or the kernel runs with
+    # numa=off (Documentation/ABI/testing/sysfs-bus-pci): treat as unknown.
+    if numa is not None and numa < 0:
+        numa = None
+    physfn = None
+    if reader.exists(f"{base}/physfn"):  # only SR-IOV VFs have it (sysfs-bus-pci)
+        physfn = reader.readlink_name(f"{base}/physfn")
+    return PciDevice(
+        address=chain[-1],
+        path=chain,
+        vendor=reader.text(f"{base}/vendor"),
+        device=reader.text(f"{base}/device"),
+        pci_class=reader.text(f"{base}/class"),
+        numa_node=numa,
+        local_cpus=tuple(_safe_cpulist(reader.text(f"{base}/local_cpulist"))),
+        physfn=physfn,
+    )
+
+
+def _safe_cpulist(text: str | None) -> list[int]:
+    try:
+        return _sysfs.parse_cpulist(text)
+    except ValueError:
+        return []
+
+
+def distance(a: PciDevice | None, b: PciDevice | None) -> str:
+    """PIX / PXB / PHB / NODE / SYS between two PCI functions, as ``nvidia-smi topo -m``.
+
+    nvidia-smi: PIX = at most one PCIe bridge (a switch counts as one: its upstream port
+    plus one downstream port per side), PXB = several bridges without the host bridge,
+    PHB = through the host bridge, NODE = across host bridges in one NUMA node,
+    SYS = across the SMP interconnect. Unknown NUMA on different root complexes is SYS:
+    the conservative answer.
+    """
+    if a is None or b is None or not a.path or not b.path:
+        return "SYS"
+    if a.root != b.root:
+        if a.numa_node is not None and a.numa_node == b.numa_node:
+            return "NODE"
+        return "SYS"
+    bridges_a, bridges_b = a.path[1:-1], b.path[1:-1]
+    common = 0
+    for x, y in zip(bridges_a, bridges_b):
+        if x != y:
+            break
+        common += 1
+    if a.path[-1] == b.path[-1]:
+        return "PIX"
+    if common == 0:
+        return "PHB"
+    extra_a, extra_b = len(bridges_a) - common, len(bridges_b) - common
+    # Functions of one card (``.0``/``.1``) share their parent: 0 extra bridges each.
+    # Two devices under one switch: 1 extra (their downstream port) each.
+    if extra_a <= 1 and extra_b <= 1:
+        return "PIX"
+    return "PXB"

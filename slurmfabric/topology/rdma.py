@@ -1,0 +1,139 @@
+"""RDMA devices and ports from /sys/class/infiniband (kernel ABI: sysfs-class-infiniband)."""
+
+from __future__ import annotations
+
+import re
+
+from slurmfabric.topology import pci
+from slurmfabric.topology._io import Reader
+from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort
+
+CLASS = "/sys/class/infiniband"
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+# GID tables hold 128-256 slots and are read one file each; populated slots come first
+# (from 0 on a host, from 4 or 6 inside a pod: NVIDIA/nccl #1573), so stop after this many
+# empty slots in a row instead of reading all of them on every rank.
+_GID_EMPTY_RUN = 16
+
+
+def _after_colon(text: str | None) -> str:
+    """``4: ACTIVE`` -> ``ACTIVE``; ``5: LinkUp`` -> ``LinkUp``; unreadable -> UNKNOWN."""
+    if not text:
+        return "UNKNOWN"
+    return text.split(":", 1)[1].strip() if ":" in text else text.strip()
+
+
+def parse_rate(text: str | None) -> float | None:
+    """``400 Gb/sec (4X NDR)`` -> 400.0. RoCE ports print IB speed names too."""
+    match = _RATE.match(text or "")
+    return float(match.group(1)) if match else None
+
+
+def read_gids(reader: Reader, port_dir: str) -> tuple[Gid, ...]:
+    names = reader.listdir(f"{port_dir}/gids")
+    indices = sorted(int(n) for n in names if n.isdigit())
+    gids: list[Gid] = []
+    empty_run = 0
+    for index in indices:
+        # A GID outside the container's network namespace, or one with no netdev, fails
+        # with EINVAL (FACTS.md §5): read as None and move on.
+        value = reader.text(f"{port_dir}/gids/{index}")
+        if not value or value == _ZERO_GID:
+            empty_run += 1
+            if empty_run >= _GID_EMPTY_RUN:
+                break
+            continue
+        empty_run = 0
+        gids.append(
+            Gid(
+                index=index,
+                gid=value.lower(),
+                type=reader.text(f"{port_dir}/gid_attrs/types/{index}"),
+                ndev=reader.text(f"{port_dir}/gid_attrs/ndevs/{index}"),
+            )
+        )
+    return tuple(gids)
+
+
+def read_counters(reader: Reader, port_dir: str) -> dict[str, int | None]:
+    # Counters can read "N/A (no PMA)" (FACTS.md §5): kept as None, never an error.
+    return {
+        name: reader.int(f"{port_dir}/counters/{name}")
+        for name in reader.listdir(f"{port_dir}/counters")
+    }
+
+
+def _port_netdev(reader: Reader, dev_dir: str, port: int, gids: tuple[Gid, ...]) -> str | None:
+    names = reader.listdir(f"{dev_dir}/device/net")
+    if len(names) == 1:
+        return names[0]
+    for name in names:
+        # dev_port is 0-based (Documentation/ABI/testing/sysfs-class-net)
+        if reader.int(f"{dev_dir}/device/net/{name}/dev_port") == port - 1:
+            return name
+    return next((g.ndev for g in gids if g.ndev), None)
+
+
+def _has_uverbs(reader: Reader, dev_dir: str, name: str) -> bool:
+    """True when a uverbs char device exists for ``name``: without it verbs cannot open it."""
+    for entry in reader.listdir(f"{dev_dir}/device/infiniband_verbs"):
+        if reader.text(f"{dev_dir}/device/infiniband_verbs/{entry}/ibdev") == name:
+            return True
+    for entry in reader.listdir("/sys/class/infiniband_verbs"):
+        if (
+            entry.startswith("uverbs")
+            and reader.text(f"/sys/class/infiniband_verbs/{entry}/ibdev") == name
+        ):
+            return True
+    return False
+
+
+def read_port(reader: Reader, dev_dir: str, name: str, port: int) -> RdmaPort:
+    port_dir = f"{dev_dir}/ports/{port}"
+    gids = read_gids(reader, port_dir)
+    rate = reader.text(f"{port_dir}/rate")
+    return RdmaPort(
+        device=name,
+        port=port,
+        state=_after_colon(reader.text(f"{port_dir}/state")),
+        phys_state=_after_colon(reader.text(f"{port_dir}/phys_state")),
+        rate_gbps=parse_rate(rate),
+        rate=rate,
+        link_layer=reader.text(f"{port_dir}/link_layer") or "Unknown",
+        gids=gids,
+        netdev=_port_netdev(reader, dev_dir, port, gids),
+        counters=read_counters(reader, port_dir),
+    )
+
+
+def discover_rdma(reader: Reader) -> tuple[RdmaDevice, ...]:
+    devices: list[RdmaDevice] = []
+    for name in reader.listdir(CLASS):
+        dev_dir = f"{CLASS}/{name}"
+        ports = tuple(
+            read_port(reader, dev_dir, name, int(p))
+            for p in sorted(reader.listdir(f"{dev_dir}/ports"), key=_num)
+            if p.isdigit()
+        )
+        devices.append(
+            RdmaDevice(
+                name=name,
+                pci=pci.read_device(reader, f"{dev_dir}/device"),
+                ports=ports,
+                has_uverbs=_has_uverbs(reader, dev_dir, name),
+                node_type=reader.text(f"{dev_dir}/node_type"),
+                fw_ver=reader.text(f"{dev_dir}/fw_ver"),
+            )
+        )
+    devices.sort(key=lambda d: _natural(d.name))
+    return tuple(devices)
+
+
+def _num(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    """mlx5_2 before mlx5_10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
