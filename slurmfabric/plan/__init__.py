@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections import Counter
 from dataclasses import dataclass, field
 
 from slurmfabric.plan.bind import RankBinding, plan_bindings
@@ -134,10 +135,10 @@ def make_plan(
         _rdma_env(plan, choice, version, family, want)
     else:
         total = len(topo.ports)
+        counts = Counter(choice.excluded.values())
         why = (
             f"all {total} RDMA ports are unusable ("
-            + "; ".join(f"{k}: {v}" for k, v in list(choice.excluded.items())[:3])
-            + ("; ..." if total > 3 else "")
+            + "; ".join(f"{n} x {reason}" for reason, n in counts.most_common())
             + ")"
             if total
             else "no RDMA devices in /sys/class/infiniband"

@@ -1,0 +1,165 @@
+"""Save a node's topology for a bug report or for planning offline on a login node.
+
+Two forms: JSON of the parsed ``Topology`` (small, readable), or a tarball of exactly the
+files, listings and symlinks discovery read (replayed by running discovery on it, so a
+newer slurmfabric can re-parse an old capture).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from slurmfabric.errors import TopologyError
+from slurmfabric.topology._io import Reader, as_root
+from slurmfabric.topology.model import (
+    GdrSupport,
+    Gid,
+    Gpu,
+    NetDev,
+    NumaNode,
+    PciDevice,
+    RdmaDevice,
+    RdmaPort,
+    Route,
+    Topology,
+)
+
+FORMAT = 1
+
+
+def to_dict(topo: Topology) -> dict[str, Any]:
+    data = dataclasses.asdict(topo)
+    data["cpu_siblings"] = {str(k): list(v) for k, v in topo.cpu_siblings.items()}
+    return data
+
+
+def _pci(d: dict[str, Any] | None) -> PciDevice | None:
+    if d is None:
+        return None
+    return PciDevice(**{**d, "path": tuple(d["path"]), "local_cpus": tuple(d["local_cpus"])})
+
+
+def from_dict(data: dict[str, Any]) -> Topology:
+    try:
+        rdma = tuple(
+            RdmaDevice(
+                name=d["name"],
+                pci=_pci(d["pci"]),
+                ports=tuple(
+                    RdmaPort(**{**p, "gids": tuple(Gid(**g) for g in p["gids"])})
+                    for p in d["ports"]
+                ),
+                has_uverbs=d["has_uverbs"],
+                node_type=d.get("node_type"),
+                fw_ver=d.get("fw_ver"),
+            )
+            for d in data["rdma"]
+        )
+        netdevs = tuple(
+            NetDev(**{**n, **{k: tuple(n[k]) for k in ("bond_slaves", "ipv4", "ipv6")}})
+            for n in data["netdevs"]
+        )
+        gpus = tuple(Gpu(**{**g, "pci": _pci(g["pci"])}) for g in data["gpus"])
+        return Topology(
+            root=data["root"],
+            rdma=rdma,
+            netdevs=netdevs,
+            gpus=gpus,
+            numa=tuple(NumaNode(n["id"], tuple(n["cpus"])) for n in data["numa"]),
+            allowed_cpus=tuple(data["allowed_cpus"]),
+            cpu_siblings={int(k): tuple(v) for k, v in data["cpu_siblings"].items()},
+            gdr=GdrSupport(**data["gdr"]),
+            routes=tuple(Route(**r) for r in data["routes"]),
+            markers=dict(data["markers"]),
+            gpu_source=data.get("gpu_source", "sysfs"),
+            notes=tuple(data.get("notes", ())),
+        )
+    except (KeyError, TypeError) as error:
+        raise TopologyError(
+            f"topology snapshot is not in slurmfabric's format ({error})",
+            hint="create it with 'slurmfabric topo snapshot -o FILE.json'",
+        ) from error
+
+
+def write_json(topo: Topology, path: str | os.PathLike[str]) -> None:
+    Path(path).write_text(
+        json.dumps({"slurmfabric_topology": FORMAT, "topology": to_dict(topo)}, indent=1)
+    )
+
+
+def write_tarball(root: object, path: str | os.PathLike[str]) -> Topology:
+    """Discover with a recording reader and tar up what it read (links kept as links)."""
+    from slurmfabric.topology import discover_with_reader
+
+    reader = Reader(as_root(root), record=True)  # type: ignore[arg-type]
+    topo = discover_with_reader(reader, nvml=False)
+    files: dict[str, str | None] = {}
+    for absolute, text in reader.files.items():
+        files[reader.realpath(absolute)] = text
+    for absolute in reader.present:
+        files.setdefault(reader.realpath(absolute), "")
+    dirs = {reader.realpath(d) for d in reader.dirs}
+    links = dict(reader.links)
+    for directory, entries in reader.dirs.items():
+        real_dir = reader.realpath(directory)
+        for entry in entries:
+            child = f"{directory.rstrip('/')}/{entry}"
+            host = reader.host(child)
+            if os.path.islink(host):
+                links.setdefault(f"{real_dir.rstrip('/')}/{entry}", os.readlink(host))
+            elif os.path.isdir(host):
+                dirs.add(f"{real_dir.rstrip('/')}/{entry}")
+            else:
+                files.setdefault(f"{real_dir.rstrip('/')}/{entry}", "")
+    with tarfile.open(path, "w:gz") as tar:
+        for directory in sorted(dirs | {p for p, t in files.items() if t is None}):
+            info = tarfile.TarInfo(directory.lstrip("/") or ".")
+            info.type, info.mode = tarfile.DIRTYPE, 0o755  # unreadable file -> EISDIR on replay
+            tar.addfile(info)
+        for file, text in sorted(files.items()):
+            if text is None:
+                continue
+            data = (text + "\n").encode()
+            info = tarfile.TarInfo(file.lstrip("/"))
+            info.size, info.mode = len(data), 0o444
+            tar.addfile(info, io.BytesIO(data))
+        for link, target in sorted(links.items()):
+            info = tarfile.TarInfo(link.lstrip("/"))
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return topo
+
+
+def load(path: str | os.PathLike[str]) -> Topology:
+    """Read a snapshot written by ``write_json`` or ``write_tarball``."""
+    path = Path(path)
+    if not path.exists():
+        raise TopologyError(f"no such topology snapshot: {path}")
+    if tarfile.is_tarfile(path):
+        from slurmfabric.topology import discover
+
+        with tempfile.TemporaryDirectory(prefix="slurmfabric-topo-") as tmp:
+            with tarfile.open(path) as tar:
+                if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse escaping links
+                    tar.extractall(tmp, filter="data")
+                else:  # pragma: no cover - older Pythons
+                    tar.extractall(tmp)  # noqa: S202
+            topo = discover(tmp, nvml=False)
+            return dataclasses.replace(topo, root=f"{path} (tarball)")
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise TopologyError(
+            f"{path} is neither a tarball nor JSON ({error})",
+            hint="create it with 'slurmfabric topo snapshot -o FILE'",
+        ) from error
+    if not isinstance(data, dict) or data.get("slurmfabric_topology") != FORMAT:
+        raise TopologyError(f"{path} is not a slurmfabric topology snapshot (format {FORMAT})")
+    return from_dict(data["topology"])
