@@ -1,0 +1,203 @@
+"""Rendering: #SBATCH lines, header provenance, per-launcher launch lines, quoting guard,
+run-time (not render-time) per-node values, and shellcheck on every rendered script."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+
+import slurmfabric
+from slurmfabric.config import LAUNCHERS, load_config
+from slurmfabric.render import (
+    config_digest,
+    config_from_script,
+    environment,
+    render_env_block,
+    render_launch,
+    render_sbatch,
+    template_dirs,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SF = "/opt/slurm fabric/bin/slurmfabric"  # a path with a space: must stay one word
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("SLURMFABRIC_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
+
+
+def config_for(launcher: str, *extra: str):
+    sets = [f"launcher.type={launcher}", "job.nodes=2", "job.gpus_per_node=4",
+            "job.partition=debug", f"launcher.slurmfabric={SF}"]
+    if launcher != "nccl-tests":
+        sets.append('program.command=["python", "train.py", "--lr", "3e-4"]')
+    return load_config(sets=[*sets, *extra])
+
+
+def sbatch_lines(script: str) -> list[str]:
+    return [line for line in script.splitlines() if line.startswith("#SBATCH")]
+
+
+def test_render_sbatch_is_the_public_lazy_export() -> None:
+    config = config_for("srun")
+    assert slurmfabric.render_sbatch(config) == render_sbatch(config)
+
+
+def test_sbatch_lines_sorted_and_complete() -> None:
+    config = config_for("srun", "job.time=1:00:00", "job.exclusive=true", "job.requeue=false",
+                        "launcher.signal=USR1", 'job.extra_sbatch=["--gres=nvme:1"]')
+    lines = sbatch_lines(render_sbatch(config))
+    modelled = lines[:-1]
+    assert modelled == sorted(modelled)
+    assert set(modelled) == {
+        "#SBATCH --exclusive", "#SBATCH --gpus-per-node=4", "#SBATCH --job-name=slurmfabric",
+        "#SBATCH --no-requeue", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --partition=debug", "#SBATCH --signal=USR1@120", "#SBATCH --time=1:00:00",
+    }
+    assert lines[-1] == "#SBATCH --gres=nvme:1"
+
+
+def test_header_provenance() -> None:
+    config = config_for("srun")
+    script = render_sbatch(config, rerender="slurmfabric render -c /x/job.toml")
+    assert script.startswith("#!/bin/bash\n")
+    assert f"slurmfabric {slurmfabric.__version__} from config {config_digest(config)}" in script
+    assert "# Re-render: slurmfabric render -c /x/job.toml\n" in script
+    assert "set -euo pipefail\n" in script
+    assert config_from_script(script) == config
+    # a different config gets a different digest
+    assert config_digest(config_for("srun", "job.nodes=3")) != config_digest(config)
+
+
+def test_header_comment_cannot_break_out_of_its_line() -> None:
+    script = render_sbatch(config_for("srun"), rerender="x\nrm -rf /")
+    assert "# Re-render: x\\nrm -rf /\n" in script
+    assert "\nrm -rf /" not in script
+
+
+def test_torchrun_one_task_per_node_one_worker_per_gpu() -> None:
+    script = render_sbatch(config_for("torchrun"))
+    assert "#SBATCH --ntasks-per-node=1" in sbatch_lines(script)
+    launch = render_launch(config_for("torchrun"))
+    assert launch.startswith('srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 ')
+    assert "--nproc-per-node=4" in launch
+    assert '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"' in launch
+    assert "--no-python" in launch
+    assert f"'{SF}' launch --mode torchrun -- python train.py --lr 3e-4" in launch
+
+
+@pytest.mark.parametrize(("launcher", "prefix"), [
+    ("srun", "srun --kill-on-bad-exit=1"),
+    ("srun-pmix", "srun --mpi=pmix --kill-on-bad-exit=1"),
+    ("nccl-tests", "srun --mpi=pmix --kill-on-bad-exit=1"),
+])
+def test_srun_launchers_wrap_each_task(launcher: str, prefix: str) -> None:
+    launch = render_launch(config_for(launcher))
+    assert launch.startswith(prefix)
+    assert f"'{SF}' launch --mode srun -- " in launch
+    assert "#SBATCH --ntasks-per-node=4" in render_sbatch(config_for(launcher))
+
+
+def test_nccl_tests_sweep_one_step_per_op() -> None:
+    config = load_config(REPO / "examples" / "nccl-tests-sweep.toml")
+    launch = render_launch(config, slurmfabric_bin="slurmfabric")
+    steps = [line for line in launch.splitlines() if line.startswith("srun ")]
+    assert len(steps) == 4
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "alltoall"):
+        assert f"/opt/nccl-tests/build/{op}_perf --minbytes 8 --maxbytes 8G" in launch
+
+
+def test_mpirun_rank_count_and_mapping() -> None:
+    launch = render_launch(config_for("mpirun", 'launcher.mpirun_args=["--mca", "btl", "^openib"]'))
+    assert launch.startswith("mpirun -np 8 --map-by ppr:4:node --mca btl '^openib' ")
+    assert launch.rstrip().endswith("python train.py --lr 3e-4")
+
+
+def test_srun_cpus_per_task_and_container() -> None:
+    launch = render_launch(config_for(
+        "srun", "job.cpus_per_task=16", "program.container_image=nvcr.io#nvidia/pytorch:24.05",
+        'program.container_mounts=["/data:/data", "/home/a b:/h"]'))
+    assert "--cpus-per-task=16" in launch  # srun 22.05 does not inherit it
+    assert "--container-image='nvcr.io#nvidia/pytorch:24.05'" in launch
+    assert "--container-mounts='/data:/data,/home/a b:/h'" in launch
+
+
+def test_env_block_is_run_time_not_render_time() -> None:
+    config = config_for("torchrun", "program.env.TOKEN=a b", "fabric.nccl.NCCL_DEBUG=INFO",
+                        "program.workdir=/scratch/my run")
+    block = render_env_block(config)
+    assert "export TOKEN='a b'\n" in block
+    assert "export NCCL_DEBUG=INFO\n" in block
+    assert "cd '/scratch/my run'\n" in block
+    assert f"slurmfabric_job_env=\"$('{SF}' env)\"\neval \"$slurmfabric_job_env\"" in block
+    script = render_sbatch(config)
+    # nothing about the login node is frozen into the script
+    import socket
+
+    assert socket.gethostname() not in script.replace("slurmfabric", "")
+    for frozen in ("MASTER_ADDR=", "NODE_RANK=", "SLURM_NODEID", "NCCL_IB_HCA", "NCCL_SOCKET"):
+        assert frozen not in script
+
+
+def test_user_exports_come_before_the_job_env_and_the_launch() -> None:
+    script = render_sbatch(config_for("srun", "program.env.MASTER_PORT=31000"))
+    assert script.index("export MASTER_PORT=31000") < script.index("env)\"") \
+        < script.index("launch --mode srun")
+
+
+def test_templates_refuse_unquoted_values() -> None:
+    env = environment()
+    with pytest.raises(jinja2.TemplateError, match="without a quoting filter"):
+        env.from_string("echo {{ value }}").render(value="$(touch /tmp/pwned)")
+    assert env.from_string("echo {{ value | q }} {{ n }}").render(
+        value="$(x)", n=3) == "echo '$(x)' 3"
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ missing | q }}").render()
+
+
+def test_template_dirs_prefer_the_package() -> None:
+    dirs = template_dirs()
+    assert dirs and dirs[-1] == REPO / "templates"
+    for launcher in LAUNCHERS:
+        assert (REPO / "templates" / "launch" / f"{launcher}.sh.j2").is_file()
+
+
+SHELLCHECK = shutil.which("shellcheck")
+
+
+def rendered_scripts() -> dict[str, str]:
+    scripts = {f"launcher-{name}": render_sbatch(config_for(name, "program.modules=[\"cuda\"]",
+                                                            "launcher.signal=USR1",
+                                                            "program.env.A=$HOME 'x'"))
+               for name in LAUNCHERS}
+    for example in sorted((REPO / "examples").glob("*.toml")):
+        scripts[example.stem] = render_sbatch(load_config(example))
+    return scripts
+
+
+@pytest.mark.parametrize("name", sorted(rendered_scripts()))
+def test_shellcheck_clean(name: str, tmp_path: Path) -> None:
+    assert SHELLCHECK, "shellcheck is missing: apt-get install shellcheck"
+    path = tmp_path / f"{name}.sh"
+    path.write_text(rendered_scripts()[name])
+    proc = subprocess.run([SHELLCHECK, "--shell=bash", "--severity=style", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_bash_syntax_of_every_script(tmp_path: Path) -> None:
+    for name, text in rendered_scripts().items():
+        path = tmp_path / f"{name}.sh"
+        path.write_text(text)
+        proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, (name, proc.stderr)
