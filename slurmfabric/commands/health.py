@@ -1,0 +1,148 @@
+"""``slurmfabric health check|prolog|epilog|resume|install-hooks``.
+
+``prolog``/``epilog`` are what the scripts in prolog/ and epilog/ call (Slurm sets
+SLURMD_NODENAME and the job's variables). ``check`` runs the same checks by hand and prints
+a table without draining. ``resume`` returns a node to service only if slurmfabric drained it
+and its checks pass again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric health",
+        description="Node health checks, Slurm prolog/epilog hooks, drain and resume.",
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    config_help = ("site config (default: $SLURMFABRIC_HEALTH_CONFIG or "
+                   "/etc/slurmfabric/health.toml)")
+    for name, help_ in (("prolog", "run as Slurm Prolog= (drains and exits 1 on failure)"),
+                        ("epilog", "run as Slurm Epilog= (drains and exits 1 on failure)")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--config", help=config_help)
+    p = sub.add_parser("check", help="run the checks now and print a table (never drains)")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--node", help="check as this node name (default: SLURMD_NODENAME or "
+                   "the short hostname)")
+    p.add_argument("--deep", action="store_true", help="also run the deep checks of a failed "
+                   "job's epilog (PCIe speed strict, site commands)")
+    p.add_argument("--json", action="store_true", help="print the JSON report instead")
+    p = sub.add_parser("resume", help="resume nodes slurmfabric drained once checks pass")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--node", help="node name or hostlist (default: this node)")
+    p.add_argument("--no-check", action="store_true",
+                   help="do not run the checks first (resume on the reason alone)")
+    p = sub.add_parser("install-hooks", help="write prolog/epilog scripts with absolute paths")
+    p.add_argument("dest", help="directory to write slurmfabric-prolog and slurmfabric-epilog")
+    p.add_argument("--bin", default=None, help="absolute path of the slurmfabric executable "
+                   "(default: the one running now)")
+    p.add_argument("--config", help="bake this config path into the scripts")
+    return parser
+
+
+def _check(args: argparse.Namespace) -> int:
+    from slurmfabric.health import hooks, outputs
+
+    node = args.node or hooks.node_name(os.environ)
+    run = hooks.check(node, args.config, deep=args.deep)
+    if args.json:
+        print(json.dumps(outputs.report_dict(run, exit_code=1 if run.blocking else 0),
+                         indent=1, default=str))
+    else:
+        print(f"node {node}: {run.status.upper()} in {run.seconds:.3f} s")
+        print(outputs.table(run.results))
+    return 1 if run.blocking else 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from slurmfabric import slurmcmd
+    from slurmfabric.health import drain, hooks, siteconfig
+
+    names = [args.node] if args.node else [hooks.node_name(os.environ)]
+    if args.node and any(c in args.node for c in "[,"):
+        from slurmfabric.hostlist import expand
+
+        names = expand(args.node)
+    failed = 0
+    for node in names:
+        cfg = siteconfig.load(node, args.config)
+        record = slurmcmd.node(node)
+        reason = drain.current_reason(record)
+        if not args.no_check:
+            run = hooks.check(node, args.config)
+            if run.blocking:
+                why = "; ".join(f"{r.check}: {r.reason}" for r in run.blocking)
+                print(f"{node}: checks still fail, left drained: {why}")
+                failed += 1
+                continue
+        if drain.resume_if_ours(node, state_dir=cfg.state_dir):
+            print(f"{node}: resumed (was: {reason})")
+        elif reason:
+            print(f"{node}: not drained by slurmfabric, left alone (reason: {reason})")
+        else:
+            print(f"{node}: not drained, nothing to do")
+    return 1 if failed else 0
+
+
+def _install(args: argparse.Namespace) -> int:
+    from slurmfabric.errors import UsageError
+
+    exe = args.bin or _this_executable()
+    if not os.path.isabs(exe):
+        raise UsageError(f"--bin {exe!r} must be an absolute path",
+                         hint="hooks run with no PATH; give e.g. /opt/slurmfabric/bin/slurmfabric")
+    dest = Path(args.dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parents[2]
+    for kind in ("prolog", "epilog"):
+        template = _template(root, kind)
+        text = template.replace("SLURMFABRIC_BIN=/usr/local/bin/slurmfabric",
+                                f"SLURMFABRIC_BIN={_shell_word(exe)}")
+        if args.config:
+            text = text.replace("SLURMFABRIC_HEALTH_CONFIG=/etc/slurmfabric/health.toml",
+                                f"SLURMFABRIC_HEALTH_CONFIG={_shell_word(args.config)}")
+        target = dest / f"slurmfabric-{kind}"
+        target.write_text(text)
+        target.chmod(0o755)
+        print(target)
+    return 0
+
+
+def _template(root: Path, kind: str) -> str:
+    for candidate in (root / kind / f"slurmfabric-{kind}",  # source checkout
+                      Path(__file__).resolve().parents[1] / "hooks" / kind / f"slurmfabric-{kind}"):
+        if candidate.exists():
+            return candidate.read_text()
+    raise FileNotFoundError(f"slurmfabric-{kind} template not found next to the package")
+
+
+def _shell_word(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _this_executable() -> str:
+    """The console script next to this interpreter (a venv's bin/slurmfabric)."""
+    candidate = Path(sys.executable).parent / "slurmfabric"
+    return str(candidate if candidate.exists() else Path(sys.argv[0]).resolve())
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.action in ("prolog", "epilog"):
+        from slurmfabric.health.hooks import run_hook
+
+        return run_hook(args.action, args.config)
+    if args.action == "check":
+        return _check(args)
+    if args.action == "resume":
+        return _resume(args)
+    return _install(args)

@@ -1,0 +1,142 @@
+"""The prolog/epilog entry: run the checks, drain on failure, write every output.
+
+Exit codes follow Slurm's contract: non-zero from a prolog drains the node and requeues the
+job, so we set our precise reason first (Slurm then keeps it instead of "Prolog error").
+A broken site config fails open (exit 0, logged loudly): a config rollout must never drain
+the whole cluster. A state lock that cannot be taken fails closed: never "pass silently".
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping
+
+from slurmfabric.errors import ConfigError, HealthError
+from slurmfabric.health import drain, outputs, runner, siteconfig, state
+from slurmfabric.health.model import Context
+from slurmfabric.health.rdma import RdmaFacts, snapshot
+
+
+def node_name(env: Mapping[str, str]) -> str:
+    """SLURMD_NODENAME (set by slurmd, also for virtual nodes), else the short hostname."""
+    return env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def _set_path(cfg: siteconfig.SiteConfig) -> None:
+    """Hooks run with no PATH (or a minimal one): put Slurm's bin dir first for scontrol."""
+    bin_dir = str(cfg.runner.get("slurm_bin_dir") or "")
+    path = os.environ.get("PATH") or os.defpath
+    if bin_dir and bin_dir not in path.split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+    elif "PATH" not in os.environ:
+        os.environ["PATH"] = path
+
+
+def _emergency(message: str) -> None:
+    """Report a failure that happens before the config (and so the log file) is known."""
+    import syslog
+
+    syslog.openlog("slurmfabric-health", syslog.LOG_PID, syslog.LOG_DAEMON)
+    syslog.syslog(syslog.LOG_ERR, message)
+    print(message, file=sys.stderr)
+
+
+def _detail(blocking: list) -> str:
+    first = blocking[0]
+    detail = first.reason or first.status
+    if len(blocking) > 1:
+        detail += f" (+{len(blocking) - 1} more: {', '.join(r.check for r in blocking[1:])})"
+    return detail
+
+
+def run_hook(hook: str, config: str | None = None,
+             env: Mapping[str, str] | None = None) -> int:
+    """Run the ``prolog`` or ``epilog`` hook for this node; return the exit code."""
+    env = os.environ if env is None else env
+    node = node_name(env)
+    try:
+        cfg = siteconfig.load(node, config)
+    except ConfigError as exc:
+        _emergency(f"slurmfabric health {hook} node={node}: config error, NOT checking "
+                   f"(fail-open): {exc}")
+        return 0
+    _set_path(cfg)
+    ctx = Context.from_env(hook, node, dict(env),
+                           scope_gpus=bool(cfg.runner["scope_to_job_gpus"]))
+    job_path = state.job_file(cfg.state_dir, node, ctx.job_id) if ctx.job_id else None
+    if hook == "epilog" and job_path is not None:
+        saved = state.read_json(job_path)
+        if isinstance(saved, dict):
+            ctx = Context(ctx.hook, ctx.node, ctx.job_id, ctx.job_gpus, ctx.deep,
+                          saved.get("counters"))
+    run = runner.run(cfg, ctx)
+    blocking = [r for r in run.blocking if r.action == "drain"]
+    outcome, exit_code, note = None, 0, ""
+    try:
+        with state.locked(cfg.state_dir, float(cfg.runner["lock_timeout_s"])):
+            rdma_facts = run.facts.get("rdma")
+            if hook == "prolog" and job_path is not None and isinstance(rdma_facts, RdmaFacts):
+                state.write_json(job_path, {"job_id": ctx.job_id, "node": node,
+                                            "time": time.time(),
+                                            "counters": snapshot(rdma_facts)})
+            elif hook == "epilog" and job_path is not None:
+                job_path.unlink(missing_ok=True)
+            if blocking:
+                exit_code = 1
+                if cfg.runner["drain"]:
+                    outcome = drain.drain(
+                        node, blocking[0].check, _detail(blocking),
+                        breaker_fraction=float(cfg.runner["breaker_fraction"]),
+                        breaker_min_nodes=int(cfg.runner["breaker_min_nodes"]),
+                        retries=int(cfg.runner["drain_retries"]),
+                        retry_s=float(cfg.runner["drain_retry_s"]),
+                        state_dir=cfg.state_dir)
+                    if outcome.outcome == drain.BREAKER:
+                        exit_code = 0  # fail-open: Slurm would drain it as "Prolog error"
+            else:
+                _clear_stale(cfg, node, run.started)
+            report = outputs.report_dict(run, outcome, exit_code)
+            outputs.write_report(cfg, report)
+            outputs.write_prometheus(cfg, run)
+    except HealthError as exc:  # lock timeout: fail loudly, never pass silently
+        exit_code, note = 1, str(exc)
+    except OSError as exc:  # unwritable state dir: still decide on the checks
+        note = f"could not write state/report: {exc}"
+    lines = outputs.log_lines(run, outcome, exit_code)
+    if note:
+        lines.append(f"slurmfabric health {hook} node={node}: {note}")
+    outputs.log(cfg, lines, "error" if note and exit_code else run.status)
+    return exit_code
+
+
+def _clear_stale(cfg: siteconfig.SiteConfig, node: str, started: float) -> None:
+    """All checks pass: a drain record from before this run is stale (a prolog only runs
+    on a node that takes jobs). With auto_resume, resume a node we drained."""
+    record = drain.remembered(node, cfg.state_dir)
+    if record is None:
+        return
+    if cfg.runner.get("auto_resume"):
+        try:
+            drain.resume_if_ours(node, state_dir=cfg.state_dir)
+        except Exception:  # never let a resume attempt fail a healthy hook
+            return
+    elif float(record.get("time", 0)) < started:
+        drain.forget(node, cfg.state_dir)
+
+
+def check(node: str, config: str | None, deep: bool = False,
+          env: Mapping[str, str] | None = None) -> runner.RunResult:
+    """Run the checks by hand (no drain, no state): what ``health check`` prints."""
+    cfg = siteconfig.load(node, config)
+    _set_path(cfg)
+    ctx = Context.from_env("check", node, dict(os.environ if env is None else env), deep=deep,
+                           scope_gpus=False)
+    return runner.run(cfg, ctx)
+
+
+
+
+__all__ = ["check", "node_name", "run_hook", "HealthError"]

@@ -1,0 +1,161 @@
+"""What a run leaves behind: a JSON report, a Prometheus textfile, log and syslog lines.
+
+Slurm discards hook stdout, so operators read the log file, syslog/journal and the JSON
+report; monitoring reads the textfile (node_exporter's textfile collector), where link
+rates, error counters and temperatures live next to each check's status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from slurmfabric.health import state
+from slurmfabric.health.model import CheckResult, status_rank
+from slurmfabric.health.siteconfig import SiteConfig
+
+
+def report_dict(run: Any, drain: Any = None, exit_code: int = 0,
+                note: str = "") -> dict[str, Any]:
+    """The JSON report for tools: one object per run."""
+    ctx = run.context
+    return {
+        "version": 1,
+        "node": ctx.node,
+        "hook": ctx.hook,
+        "job_id": ctx.job_id,
+        "deep": ctx.deep,
+        "status": run.status,
+        "exit_code": exit_code,
+        "started": run.started,
+        "seconds": round(run.seconds, 4),
+        "checks": [r.to_dict() for r in run.results],
+        "drain": None if drain is None else {"outcome": drain.outcome, "reason": drain.reason,
+                                             "detail": drain.detail},
+        "note": note,
+        "host": socket.gethostname(),
+    }
+
+
+def write_report(cfg: SiteConfig, report: dict[str, Any]) -> Path:
+    """``<report_dir>/<node>-<hook>-<job>-<time>-<pid>.json`` plus ``last-<node>.json``;
+    keeps the newest ``keep_reports`` files per node."""
+    directory = cfg.report_dir
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(report["started"]))
+    name = f"{report['node']}-{report['hook']}-{report['job_id'] or 'nojob'}-{stamp}-{os.getpid()}"
+    path = directory / f"{name}.json"
+    state.write_json(path, report)
+    state.write_json(directory / f"last-{report['node']}.json", report)
+    keep = int(cfg.runner.get("keep_reports") or 0)
+    if keep > 0:
+        mine = sorted(directory.glob(f"{report['node']}-*.json"), key=lambda p: p.stat().st_mtime)
+        for old in mine[:-keep]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+    return path
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(pairs: tuple[tuple[str, str], ...]) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
+
+
+def prometheus_text(run: Any) -> str:
+    """Textfile-collector format: per-check status plus every measured value."""
+    node = run.context.node
+    lines = [
+        "# HELP slurmfabric_health_check_status Check status: 0 ok, 1 warn, 2 fail, 3 error.",
+        "# TYPE slurmfabric_health_check_status gauge",
+    ]
+    for result in run.results:
+        lines.append(f"slurmfabric_health_check_status"
+                     f"{_labels((('node', node), ('check', result.check)))} "
+                     f"{status_rank(result.status)}")
+    lines += [
+        "# HELP slurmfabric_health_last_run_timestamp_seconds When the last hook ran.",
+        "# TYPE slurmfabric_health_last_run_timestamp_seconds gauge",
+        f"slurmfabric_health_last_run_timestamp_seconds"
+        f"{_labels((('node', node), ('hook', run.context.hook)))} {run.started:.3f}",
+        "# HELP slurmfabric_health_run_seconds How long the checks took.",
+        "# TYPE slurmfabric_health_run_seconds gauge",
+        f"slurmfabric_health_run_seconds{_labels((('node', node),))} {run.seconds:.4f}",
+    ]
+    # The exposition format wants all samples of one metric together, after its TYPE line.
+    samples: dict[str, list[str]] = {}
+    for result in run.results:
+        for metric in result.metrics:
+            labels = (("node", node), *metric.labels)
+            samples.setdefault(metric.name, []).append(
+                f"{metric.name}{_labels(labels)} {float(metric.value):g}")
+    for name, group in samples.items():
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(group)
+    return "\n".join(lines) + "\n"
+
+
+def write_prometheus(cfg: SiteConfig, run: Any) -> Path | None:
+    target = str(cfg.runner.get("prometheus_file") or "")
+    if not target:
+        return None
+    path = Path(target.replace("{node}", run.context.node))
+    state.write_atomic(path, prometheus_text(run))
+    return path
+
+
+def log_lines(run: Any, drain: Any, exit_code: int) -> list[str]:
+    ctx = run.context
+    head = (f"slurmfabric health {ctx.hook} node={ctx.node} job={ctx.job_id or '-'} "
+            f"status={run.status} exit={exit_code} seconds={run.seconds:.3f}")
+    if drain is not None:
+        head += f" drain={drain.outcome} reason={json.dumps(drain.reason)}"
+        if drain.detail:
+            head += f" detail={json.dumps(drain.detail)}"
+    lines = [head]
+    for result in run.results:
+        if result.status != "ok":
+            lines.append(f"slurmfabric health {ctx.hook} node={ctx.node} check={result.check} "
+                         f"status={result.status} reason={json.dumps(result.reason)}")
+    return lines
+
+
+def log(cfg: SiteConfig, lines: list[str], worst_status: str) -> None:
+    """Append to the log file and send to syslog (the journal on systemd nodes)."""
+    path = str(cfg.runner.get("log_file") or "")
+    if path:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        text = "".join(f"{stamp} {line}\n" for line in lines)
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # O_APPEND: concurrent hooks never interleave inside one write.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # syslog below still carries the lines
+    if cfg.runner.get("syslog"):
+        import syslog
+
+        priority = {"ok": syslog.LOG_INFO, "warn": syslog.LOG_WARNING}.get(
+            worst_status, syslog.LOG_ERR)
+        syslog.openlog("slurmfabric-health", syslog.LOG_PID, syslog.LOG_DAEMON)
+        for line in lines:
+            syslog.syslog(priority, line)
+        syslog.closelog()
+
+
+def table(results: list[CheckResult]) -> str:
+    """The human table printed by ``slurmfabric health check``."""
+    rows = [("CHECK", "STATUS", "REASON")]
+    rows += [(r.check, r.status.upper(), r.reason or "-") for r in results]
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{c.ljust(width)}  {s.ljust(6)}  {why}" for c, s, why in rows)

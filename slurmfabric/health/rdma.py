@@ -1,0 +1,186 @@
+"""RDMA checks: ports up at the expected rate and link layer, error counters, GPUDirect.
+
+Facts come from the topology package's sysfs readers (``/sys/class/infiniband``), read under
+the node's configured root so tests use fake trees. Error counters are judged as deltas
+between this job's prolog and epilog (a snapshot per job in the state dir); without a
+snapshot, absolute limits apply, as most counters only ever grow until a reboot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
+
+# Counters that mean link trouble (IBTA PortCounters, kernel sysfs-class-infiniband names).
+ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+)
+# Allowed increase during one job, unless the site config says otherwise. A downed link or
+# integrity error during a job is never normal; a few symbol errors can be.
+DEFAULT_DELTA_MAX = {"link_downed": 0, "local_link_integrity_errors": 0, "symbol_error": 10}
+DELTA_MAX_OTHER = 100
+# Absolute totals without a snapshot (GCM's critical level, FACTS.md section 6).
+ABS_MAX_DEFAULT = 100
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    name: str  # "mlx5_0:1"
+    state: str
+    phys_state: str
+    rate_gbps: float | None
+    link_layer: str
+    counters: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class RdmaFacts:
+    ports: list[PortFacts]
+    gdr_mode: str  # "peermem", "dmabuf", "none"
+    gdr_evidence: str
+
+
+def collect(root: str) -> RdmaFacts:
+    """Read ports and GPUDirect support under ``root`` (the node's sysfs root)."""
+    from slurmfabric._sysfs import Root
+    from slurmfabric.topology._io import Reader
+    from slurmfabric.topology.numa import discover_gdr
+    from slurmfabric.topology.rdma import discover_rdma
+
+    reader = Reader(Root(root))
+    ports = [
+        PortFacts(p.name, p.state, p.phys_state, p.rate_gbps, p.link_layer,
+                  {k: v for k, v in p.counters.items() if k in ERROR_COUNTERS})
+        for dev in discover_rdma(reader) for p in dev.ports
+    ]
+    gdr = discover_gdr(reader)
+    return RdmaFacts(ports, gdr.mode, gdr.evidence)
+
+
+def _selected(facts: RdmaFacts, expect: dict) -> list[PortFacts]:
+    """Ports named in ``rdma_devices`` (``mlx5_0`` = all its ports, ``mlx5_0:1`` one port),
+    or every port, in the order discovery found them."""
+    wanted = list(expect.get("rdma_devices") or [])
+    if not wanted:
+        return facts.ports
+    return [p for p in facts.ports if p.name in wanted or p.name.split(":")[0] in wanted]
+
+
+def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    ports = _selected(facts, expect)
+    want_n, want_rate = expect.get("rdma_ports"), expect.get("rdma_rate_gbps")
+    want_layer = expect.get("rdma_link_layer")
+    bad, values, metrics = [], {}, []
+    for name in expect.get("rdma_devices") or []:
+        if not any(p.name == name or p.name.split(":")[0] == name for p in facts.ports):
+            bad.append(f"{name} missing")
+    healthy = 0
+    for port in ports:
+        dev, _, num = port.name.partition(":")
+        labels = (("device", dev), ("port", num))
+        values[port.name] = (f"{port.state}/{port.phys_state} {port.rate_gbps} Gb/s "
+                             f"{port.link_layer}")
+        metrics.append(Metric("slurmfabric_rdma_port_active", 1.0 if port.state == "ACTIVE"
+                              and port.phys_state == "LinkUp" else 0.0, labels))
+        if port.rate_gbps is not None:
+            metrics.append(Metric("slurmfabric_rdma_port_rate_gbps", port.rate_gbps, labels))
+        problems = []
+        if port.state != "ACTIVE" or port.phys_state != "LinkUp":
+            problems.append(f"{port.state}/{port.phys_state}")
+        if want_rate and (port.rate_gbps or 0) < float(want_rate):
+            problems.append(f"at {port.rate_gbps:g} Gb/s, expected {want_rate}"
+                            if port.rate_gbps is not None else "rate unreadable")
+        if want_layer and port.link_layer != want_layer:
+            problems.append(f"link layer {port.link_layer}, expected {want_layer}")
+        if problems:
+            bad.append(f"{port.name} {' '.join(problems)}")
+        else:
+            healthy += 1
+    if want_n is not None and len(ports) < int(want_n):
+        bad.insert(0, f"{len(ports)} RDMA ports found, expected {want_n}")
+    values["healthy_ports"] = healthy
+    status = FAIL if bad else OK
+    return CheckResult("rdma.ports", status, "; ".join(bad), values, tuple(metrics))
+
+
+def check_counters(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    """Deltas against the prolog's snapshot of this job; absolute limits otherwise."""
+    before = ctx.counters_before  # {port: {counter: value}} or None
+    delta_max = {**DEFAULT_DELTA_MAX, **(expect.get("counter_delta_max") or {})}
+    abs_max = expect.get("counter_abs_max") or {}
+    bad, values, metrics = [], {}, []
+    mode = "delta" if before is not None else "absolute"
+    for port in _selected(facts, expect):
+        dev, _, num = port.name.partition(":")
+        for counter, value in sorted(port.counters.items()):
+            if value is None:  # "N/A (no PMA)"
+                continue
+            metrics.append(Metric("slurmfabric_rdma_port_counter", value,
+                                  (("device", dev), ("port", num), ("counter", counter))))
+            old = (before or {}).get(port.name, {}).get(counter)
+            if before is not None and old is not None and value >= old:
+                change, limit = value - old, delta_max.get(counter, DELTA_MAX_OTHER)
+                if change:
+                    values[f"{port.name} {counter}"] = f"+{change}"
+                if change > limit:
+                    bad.append(f"{port.name} {counter} +{change} during the job (limit {limit})")
+            else:  # no snapshot, or the counter went down (port reset, driver reload)
+                limit = abs_max.get(counter, ABS_MAX_DEFAULT)
+                if value:
+                    values[f"{port.name} {counter}"] = value
+                if value > limit:
+                    bad.append(f"{port.name} {counter}={value} (limit {limit})")
+    values["mode"] = mode
+    return CheckResult("rdma.counters", FAIL if bad else OK, "; ".join(bad), values,
+                       tuple(metrics))
+
+
+def check_gdr(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    """GPUDirect RDMA possible through a peer-memory module or DMA-BUF (either is fine)."""
+    want = expect.get("gdr")
+    values = {"mode": facts.gdr_mode, "evidence": facts.gdr_evidence}
+    metric = (Metric("slurmfabric_rdma_gdr_available", 0.0 if facts.gdr_mode == "none" else 1.0),)
+    if facts.gdr_mode != "none":
+        return CheckResult("rdma.gdr", OK, "", values, metric)
+    if want is False:
+        return CheckResult("rdma.gdr", OK, "not required", values, metric)
+    # Required explicitly, or implied when both GPUs and RDMA ports are expected.
+    implied = want is None and bool(expect.get("gpus")) and bool(facts.ports)
+    if want or implied:
+        return CheckResult("rdma.gdr", FAIL, f"no GPUDirect RDMA: {facts.gdr_evidence}",
+                           values, metric)
+    return CheckResult("rdma.gdr", WARN if facts.ports else OK, facts.gdr_evidence, values,
+                       metric)
+
+
+def snapshot(facts: RdmaFacts) -> dict[str, dict[str, int | None]]:
+    """What the prolog stores for the epilog's deltas."""
+    return {p.name: dict(p.counters) for p in facts.ports}
+
+
+def enabled(expect: dict) -> bool:
+    want = expect.get("rdma_ports")
+    if want is not None:
+        return int(want) > 0
+    from slurmfabric._sysfs import Root, list_dir
+
+    return bool(list_dir(Root(str(expect.get("sysfs_root") or "/"))("/sys/class/infiniband")))
+
+
+CHECKS = {
+    "rdma.ports": (check_ports, "fail", ("prolog", "epilog", "check")),
+    "rdma.counters": (check_counters, "pass", ("epilog", "check")),
+    "rdma.gdr": (check_gdr, "fail", ("prolog", "check")),
+}
