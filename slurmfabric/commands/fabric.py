@@ -230,15 +230,21 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _drain(findings: list[fa.Finding]) -> None:
-    """Drain nodes with findings through the health hooks' drain module."""
-    try:
-        from slurmfabric.health import drain as drain_mod  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise UsageError(
-            "--drain needs slurmfabric.health.drain, which this install lacks"
-        ) from exc
+    """Drain nodes with error/critical findings through the health hooks' drain module.
+
+    Same reason format (``slurmfabric: fabric-<check>: <detail>``) and the same rules: a
+    node carrying someone else's reason keeps it; the circuit breaker applies. Warnings
+    (error counters) are reported, not drained. One drain per node, for its worst finding.
+    """
+    from slurmfabric.health import drain as drain_mod
+
     done: set[str] = set()
-    for finding in findings:
-        if finding.node and finding.node not in done and finding.severity != "warning":
-            drain_mod.drain(finding.node, f"fabric-{finding.check}", finding.detail)
-            done.add(finding.node)
+    for finding in findings:  # sorted worst first
+        if not finding.node or finding.node in done or finding.severity == "warning":
+            continue
+        done.add(finding.node)
+        outcome = drain_mod.drain(
+            finding.node, f"fabric-{finding.check}", f"{finding.where}: {finding.detail}"
+        )
+        note = f" ({outcome.detail})" if outcome.detail else ""
+        print(f"drain {finding.node}: {outcome.outcome}{note}", file=sys.stderr)

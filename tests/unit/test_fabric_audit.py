@@ -156,3 +156,23 @@ def test_cli_local_ibstat(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("mlx5_4/1  Active/LinkUp  rate 200")
     assert out[1].startswith("mlx5_2/1  Down/Disabled")
+
+
+def test_cli_drain_goes_through_health_drain(
+    mocker, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+) -> None:
+    from slurmfabric.health import drain as drain_mod
+
+    calls = mocker.patch.object(
+        drain_mod, "drain", return_value=drain_mod.DrainOutcome(drain_mod.DRAINED, "r")
+    )
+    faulty = str(FIX / "sim_faulty_iblinkinfo_line.txt")
+    topo = str(FIX / "sim_healthy_ibnetdiscover.txt")
+    assert cmd.main(["audit", "--input", faulty, "--topology", topo, "--drain"]) == 1
+    drained = [(c.args[0], c.args[1]) for c in calls.call_args_list]
+    assert drained == [
+        ("sfn03", "fabric-link-down"), ("sfn02", "fabric-link-degraded"),
+        ("sfn07", "fabric-link-degraded"),
+    ]
+    assert calls.call_args_list[1].args[2].startswith("sfn02 HCA-1/1 <-> leaf1/2: 4X")
+    assert "drain sfn03: drained" in capsys.readouterr().err
