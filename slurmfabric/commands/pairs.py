@@ -1,0 +1,179 @@
+"""``slurmfabric pairs submit|report|schedule``: the node-pair bandwidth sweep."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+from slurmfabric.errors import UsageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slurmfabric pairs",
+        description="Test every node pair in rounds (each node once per round) and name the "
+        "node or link that is slow.",
+    )
+    sub = p.add_subparsers(dest="action", required=True)
+    s = sub.add_parser("submit", help="render the sweep job and submit it with sbatch")
+    s.add_argument("--nodes", required=True, help="hostlist, e.g. gpu[001-016]")
+    s.add_argument("--pairs", help="only these pairs: a:b,c:d (default: every pair)")
+    s.add_argument("--results", required=True,
+                   help="absolute results directory on a filesystem all nodes share")
+    s.add_argument("--command", help="bandwidth command run on each pair (default: "
+                   "all_reduce_perf -b 1G -e 8G -f 2 -g 1)")
+    s.add_argument("--partition")
+    s.add_argument("--time", dest="time_limit", help="job time limit")
+    s.add_argument("--tasks-per-node", type=int, default=1, help="ranks per node (GPUs)")
+    s.add_argument("--gpus-per-node", type=int)
+    s.add_argument("--mpi", help="srun --mpi plugin for MPI builds of nccl-tests (e.g. pmix)")
+    s.add_argument("--srun-arg", action="append", default=[], help="extra srun argument")
+    s.add_argument("--sbatch-arg", action="append", default=[], help="extra #SBATCH argument")
+    s.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    r = sub.add_parser("report", help="matrix, outliers and suspects from a results directory")
+    r.add_argument("results")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--svg", help="write an SVG heatmap here")
+    r.add_argument("--threshold", type=float, default=0.8,
+                   help="a pair is low below this fraction of the reference (default 0.8)")
+    r.add_argument("--drain", action="store_true",
+                   help="drain suspect nodes (reason 'slurmfabric: pairs: ...')")
+    r.add_argument("--resume-passing", action="store_true",
+                   help="burn-in gate: resume nodes that pass, only if slurmfabric drained them")
+    r.add_argument("--state-dir", help="drain state directory (default of the health module)")
+    c = sub.add_parser("schedule", help="print the round-robin rounds for a node list")
+    c.add_argument("--nodes", required=True)
+    return p
+
+
+def _nodes(expr: str) -> list[str]:
+    from slurmfabric.hostlist import expand
+
+    return expand(expr)
+
+
+def _plan(args: argparse.Namespace):
+    from slurmfabric.validate.pairs import (
+        DEFAULT_COMMAND,
+        SweepPlan,
+        parse_pairs,
+        round_robin,
+        schedule_pairs,
+    )
+
+    nodes = _nodes(args.nodes)
+    if args.pairs:
+        chosen = parse_pairs(args.pairs)
+        unknown = sorted({n for p in chosen for n in p} - set(nodes))
+        if unknown:
+            raise UsageError(f"--pairs names nodes not in --nodes: {', '.join(unknown)}")
+        rounds = schedule_pairs(chosen)
+    else:
+        rounds = round_robin(nodes)
+    command = shlex.split(args.command) if args.command else list(DEFAULT_COMMAND)
+    return SweepPlan(
+        nodes=nodes, rounds=rounds, results=Path(args.results), command=command,
+        partition=args.partition, time_limit=args.time_limit,
+        tasks_per_node=args.tasks_per_node, gpus_per_node=args.gpus_per_node, mpi=args.mpi,
+        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg,
+    )
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from slurmfabric import slurmcmd
+    from slurmfabric.validate.pairs import render_script, write_plan
+
+    plan = _plan(args)
+    script = render_script(plan)
+    if args.dry_run:
+        print(f"# command: {' '.join(slurmcmd.sbatch_command())} < script")
+        print(script, end="")
+        return 0
+    write_plan(plan)
+    (plan.results / "sweep.sbatch").write_text(script)
+    job = slurmcmd.sbatch(script, workdir=plan.results)
+    print(f"submitted job {job.job_id}: {len(plan.pairs)} pairs in {len(plan.rounds)} rounds; "
+          f"then run: slurmfabric pairs report {plan.results}")
+    return 0
+
+
+def _gate(args, analysis) -> list[str]:
+    """Drain suspects / resume passing nodes through the health module's rules."""
+    from slurmfabric.health import drain as drain_mod
+
+    lines = []
+    if args.drain:
+        for node in analysis.suspect_nodes:
+            detail = next((m for m in analysis.messages if f" {node} " in f" {m} "), "slow")
+            out = drain_mod.drain(node, "pairs", detail, state_dir=args.state_dir)
+            lines.append(f"drain {node}: {out.outcome} {out.detail}".rstrip())
+    if args.resume_passing:
+        for node in analysis.passing_nodes:
+            resumed = drain_mod.resume_if_ours(node, state_dir=args.state_dir)
+            lines.append(f"resume {node}: {'resumed' if resumed else 'left as is'}")
+    return lines
+
+
+def _report(args: argparse.Namespace) -> int:
+    from slurmfabric.validate.heatmap import render_svg
+    from slurmfabric.validate.pairs_report import (
+        analyze,
+        check_execution,
+        load_results,
+        matrix,
+        render_table,
+        round_overlap,
+    )
+
+    results = Path(args.results)
+    plan, pairs = load_results(results)
+    nodes = plan["nodes"]
+    values = {r.pair: (r.busbw if r.ok else None) for r in pairs}
+    failed = [r.pair for r in pairs if not r.ok]
+    analysis = analyze(nodes, values, args.threshold, failed)
+    execution = check_execution(plan, pairs)
+    overlap = round_overlap(pairs)
+    gate = _gate(args, analysis) if (args.drain or args.resume_passing) else []
+    if args.svg:
+        Path(args.svg).write_text(render_svg(
+            nodes, matrix(nodes, values), analysis.reference,
+            f"pair sweep: {len(pairs)} pairs, {len(plan['rounds'])} rounds",
+            analysis.messages, {frozenset(p) for p in failed}))
+    if args.json:
+        print(json.dumps({
+            "nodes": nodes, "rounds": [[list(p) for p in r] for r in plan["rounds"]],
+            "matrix": matrix(nodes, values), "reference": analysis.reference,
+            "pairs": [{"round": r.round, "pair": list(r.pair), "busbw": r.busbw, "rc": r.rc,
+                       "ran_on": r.ran_on, "error": r.error} for r in pairs],
+            "low_pairs": [list(p) for p in analysis.low_pairs],
+            "suspect_nodes": analysis.suspect_nodes,
+            "suspect_links": [list(p) for p in analysis.suspect_links],
+            "messages": analysis.messages, "execution_problems": execution,
+            "rounds_concurrent": {str(k): v for k, v in overlap.items()}, "gate": gate,
+        }, indent=2))
+    else:
+        print(render_table(nodes, values, analysis))
+        for problem in execution:
+            print(f"! {problem}")
+        for rnd, ran_together in overlap.items():
+            if not ran_together:
+                print(f"note: the pairs of round {rnd} did not overlap in time")
+        for line in gate:
+            print(line)
+    bad = analysis.suspect_nodes or analysis.suspect_links or execution
+    return 1 if bad else 0
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.action == "submit":
+        return _submit(args)
+    if args.action == "report":
+        return _report(args)
+    from slurmfabric.validate.pairs import round_robin
+
+    for i, rnd in enumerate(round_robin(_nodes(args.nodes)), 1):
+        print(f"round {i:2d}: " + "  ".join(f"{a}+{b}" for a, b in rnd))
+    return 0

@@ -1,0 +1,79 @@
+"""An SVG heatmap of the pair matrix that a person reads at a glance.
+
+Cells are coloured by their share of the reference bandwidth (red at <= 50 %, amber at the
+low threshold, green at >= 100 %), labelled with GB/s; rows and columns carry node names;
+suspects are named under the matrix. Plain SVG 1.1 text, standard library only.
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+CELL = 64
+MARGIN = 12
+
+
+def _colour(fraction: float | None) -> str:
+    """Red -> amber -> green over 0.5 .. 1.0 of the reference."""
+    if fraction is None:
+        return "#d9d9d9"
+    f = max(0.0, min(1.0, (fraction - 0.5) / 0.5))
+    if f < 0.6:  # red to amber
+        t = f / 0.6
+        r, g, b = 215, int(48 + (170 - 48) * t), 39
+    else:  # amber to green
+        t = (f - 0.6) / 0.4
+        r, g, b = int(215 - (215 - 26) * t), int(170 - (170 - 150) * t), int(39 + (65 - 39) * t)
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def render_svg(nodes: list[str], m: list[list[float | None]], reference: float | None,
+               title: str, notes: list[str], failed: set[frozenset] | None = None) -> str:
+    failed = failed or set()
+    label_w = max(60, 9 * max(len(n) for n in nodes) + 16)
+    n = len(nodes)
+    width = max(label_w + n * CELL + 2 * MARGIN, 520)
+    height = 40 + label_w + n * CELL + 24 + 18 * (len(notes) + 1) + MARGIN
+    top = 40 + label_w
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{MARGIN}" y="24" font-size="16" font-weight="bold">{escape(title)}</text>',
+    ]
+    for j, name in enumerate(nodes):
+        x = MARGIN + label_w + j * CELL + CELL // 2
+        parts.append(f'<text x="{x}" y="{top - 8}" font-size="13" text-anchor="start" '
+                     f'transform="rotate(-60 {x} {top - 8})">{escape(name)}</text>')
+    for i, row_name in enumerate(nodes):
+        y = top + i * CELL
+        parts.append(f'<text x="{MARGIN + label_w - 8}" y="{y + CELL // 2 + 5}" font-size="13" '
+                     f'text-anchor="end">{escape(row_name)}</text>')
+        for j, col_name in enumerate(nodes):
+            x = MARGIN + label_w + j * CELL
+            value = m[i][j]
+            if i == j:
+                fill, text = "#f2f2f2", "-"
+            elif frozenset((row_name, col_name)) in failed:
+                fill, text = "#7f0000", "FAIL"
+            elif value is None:
+                fill, text = "#d9d9d9", "n/a"
+            else:
+                fill = _colour(value / reference if reference else None)
+                text = f"{value:.0f}"
+            parts.append(f'<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" '
+                         f'fill="{fill}" stroke="white" stroke-width="2">'
+                         f'<title>{escape(row_name)} + {escape(col_name)}: {text}</title></rect>')
+            colour = "white" if fill in ("#7f0000",) or text not in ("-", "n/a") else "#333"
+            parts.append(f'<text x="{x + CELL // 2}" y="{y + CELL // 2 + 5}" font-size="13" '
+                         f'text-anchor="middle" fill="{colour}">{escape(text)}</text>')
+    y = top + n * CELL + 24
+    ref = "n/a" if reference is None else f"{reference:.1f} GB/s"
+    parts.append(f'<text x="{MARGIN}" y="{y}" font-size="12">busbw in GB/s; reference '
+                 f'{escape(ref)}; red = half of it, green = at or above it</text>')
+    for k, note in enumerate(notes):
+        parts.append(f'<text x="{MARGIN}" y="{y + 18 * (k + 1)}" font-size="12" '
+                     f'fill="#7f0000">{escape(note)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

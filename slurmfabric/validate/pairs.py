@@ -1,0 +1,228 @@
+"""Node-pair sweep: a round-robin schedule and the one sbatch script that runs it.
+
+Every pair of nodes runs the bandwidth test once; within a round each node is in at most
+one pair, so the pairs of a round run at the same time without sharing a NIC. The circle
+method gives N-1 rounds for even N and N rounds (one node sitting out each round) for odd N.
+
+The script records, per pair, the test's output (``<a>+<b>.out``), its exit code (``.rc``)
+and one line per task with the node it really ran on (``.tasks``), so the report checks
+the schedule from what happened, not from what was planned. Every value that reaches the
+script goes through ``shlex.quote``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmfabric import __version__
+from slurmfabric.errors import UsageError
+
+Pair = tuple[str, str]
+PLAN_FILE = "plan.json"
+_SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+DEFAULT_COMMAND = ["all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "1"]
+
+
+def round_robin(nodes: list[str]) -> list[list[Pair]]:
+    """Circle method: fix the first node, rotate the others; a bye slot for odd N."""
+    if len(set(nodes)) != len(nodes):
+        raise UsageError(f"duplicate node names in {nodes}", hint="list each node once")
+    if len(nodes) < 2:
+        raise UsageError("a pair sweep needs at least 2 nodes")
+    slots: list[str | None] = list(nodes) + ([None] if len(nodes) % 2 else [])
+    n = len(slots)
+    rounds = []
+    for _ in range(n - 1):
+        pairs = []
+        for i in range(n // 2):
+            a, b = slots[i], slots[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((a, b))
+        rounds.append(pairs)
+        slots = [slots[0], slots[-1], *slots[1:-1]]
+    return rounds
+
+
+def schedule_pairs(pairs: list[Pair]) -> list[list[Pair]]:
+    """Rounds for a chosen subset of pairs: greedy, each node at most once per round."""
+    rounds: list[list[Pair]] = []
+    busy: list[set[str]] = []
+    seen = set()
+    for a, b in pairs:
+        if a == b:
+            raise UsageError(f"pair {a}:{b} names the same node twice")
+        key = frozenset((a, b))
+        if key in seen:
+            continue
+        seen.add(key)
+        for i, used in enumerate(busy):
+            if a not in used and b not in used:
+                rounds[i].append((a, b))
+                used.update((a, b))
+                break
+        else:
+            rounds.append([(a, b)])
+            busy.append({a, b})
+    return rounds
+
+
+def parse_pairs(text: str) -> list[Pair]:
+    """``a:b,c:d`` -> [(a, b), (c, d)]."""
+    pairs = []
+    for item in text.replace(" ", ",").split(","):
+        if not item:
+            continue
+        a, sep, b = item.partition(":")
+        if not sep or not a or not b:
+            raise UsageError(f"--pairs item {item!r} is not NODE:NODE", hint="e.g. n1:n2,n3:n4")
+        pairs.append((a, b))
+    return pairs
+
+
+@dataclass
+class SweepPlan:
+    """Everything the job needs; written to ``plan.json`` beside the results."""
+
+    nodes: list[str]
+    rounds: list[list[Pair]]
+    results: Path
+    command: list[str] = field(default_factory=lambda: list(DEFAULT_COMMAND))
+    partition: str | None = None
+    time_limit: str | None = None
+    tasks_per_node: int = 1
+    gpus_per_node: int | None = None
+    mpi: str | None = None
+    srun_args: list[str] = field(default_factory=list)
+    sbatch_args: list[str] = field(default_factory=list)
+    job_name: str = "sf-pairs"
+    created: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        for node in self.nodes:
+            if not _SAFE_NODE.match(node):
+                raise UsageError(f"node name {node!r} cannot be used in result file names")
+        if re.search(r"[\s'\"\\$`]", str(self.results)):
+            raise UsageError(
+                f"results directory {str(self.results)!r} has spaces or quotes",
+                hint="#SBATCH lines cannot carry them reliably; choose a plain path",
+            )
+        if not self.results.is_absolute():
+            raise UsageError(
+                f"results directory {self.results} must be absolute",
+                hint="it is read and written on the compute nodes; use a shared path",
+            )
+        if self.tasks_per_node < 1:
+            raise UsageError("--tasks-per-node must be at least 1")
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return [p for rnd in self.rounds for p in rnd]
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "version": 1, "generator": f"slurmfabric {__version__}", "nodes": self.nodes,
+            "rounds": [[list(p) for p in rnd] for rnd in self.rounds],
+            "command": self.command, "tasks_per_node": self.tasks_per_node,
+            "created": self.created,
+        }, indent=2)
+
+
+def pair_base(results: Path, round_index: int, pair: Pair) -> Path:
+    """Where one pair's files live: ``round-01/sfn1+sfn2``."""
+    return results / f"round-{round_index + 1:02d}" / f"{pair[0]}+{pair[1]}"
+
+
+# One line per task before and after the command: "<procid> <node> <step> start|end <t> [rc]".
+# A fixed literal: the job's values reach it only as positional arguments ($0, "$@").
+_TASK_WRAPPER = (
+    'echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} start '
+    '$(date +%s.%N)" >> "$0"; "$@"; rc=$?; '
+    'echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} end '
+    '$(date +%s.%N) $rc" >> "$0"; exit $rc'
+)
+
+
+def render_script(plan: SweepPlan) -> str:
+    """The sbatch script text: rounds of concurrent two-node steps, then ``wait``."""
+    q = shlex.quote
+    directives = [
+        f"--job-name={plan.job_name}",
+        f"--nodes={len(plan.nodes)}",
+        f"--nodelist={','.join(plan.nodes)}",
+        f"--ntasks-per-node={plan.tasks_per_node}",
+        f"--output={plan.results / 'job-%j.out'}",
+    ]
+    if plan.partition:
+        directives.append(f"--partition={plan.partition}")
+    if plan.time_limit:
+        directives.append(f"--time={plan.time_limit}")
+    if plan.gpus_per_node:
+        directives.append(f"--gpus-per-node={plan.gpus_per_node}")
+    directives += plan.sbatch_args
+    step = ["--nodes=2", f"--ntasks={2 * plan.tasks_per_node}",
+            f"--ntasks-per-node={plan.tasks_per_node}", "--exact"]
+    if plan.gpus_per_node:
+        step.append(f"--gpus-per-node={plan.gpus_per_node}")
+    if plan.mpi:
+        step.append(f"--mpi={plan.mpi}")
+    step += plan.srun_args
+    lines = [
+        "#!/bin/bash",
+        f"# Generated by slurmfabric {__version__} 'pairs submit': node-pair bandwidth sweep,",
+        f"# {len(plan.nodes)} nodes, {len(plan.pairs)} pairs in {len(plan.rounds)} rounds "
+        "(each node at most once per round).",
+        f"# Plan: {plan.results / PLAN_FILE}.",
+        f"# Report: slurmfabric pairs report {q(str(plan.results))}",
+        *(f"#SBATCH {q(d)}" for d in directives),
+        "set -u",
+        f"RESULTS={q(str(plan.results))}",
+        f"STEP_ARGS=({' '.join(q(a) for a in step)})",
+        f"TEST_CMD=({' '.join(q(a) for a in plan.command)})",
+        "# shellcheck disable=SC2016  # expanded by the task's /bin/sh, not here",
+        f"TASK_WRAPPER={q(_TASK_WRAPPER)}",
+        "",
+        "run_pair() {  # round a b: one two-node job step, output kept per pair",
+        '  local base="$RESULTS/round-$1/$2+$3"',
+        '  srun "${STEP_ARGS[@]}" --nodelist="$2,$3" /bin/sh -c "$TASK_WRAPPER" '
+        '"$base.tasks" "${TEST_CMD[@]}" > "$base.out" 2>&1',
+        '  echo $? > "$base.rc"',
+        "}",
+        "",
+    ]
+    for i, rnd in enumerate(plan.rounds):
+        tag = f"{i + 1:02d}"
+        names = " ".join(f"{a}+{b}" for a, b in rnd)
+        lines.append(f'mkdir -p "$RESULTS/round-{tag}"')
+        lines.append(f"echo {q(f'round {tag}: {names}')} \"start $(date +%s.%N)\"")
+        for a, b in rnd:
+            lines.append(f"run_pair {tag} {q(a)} {q(b)} &")
+        lines.append("wait")
+    lines.append('echo "sweep done $(date +%s.%N)"')
+    return "\n".join(lines) + "\n"
+
+
+def write_plan(plan: SweepPlan) -> Path:
+    plan.results.mkdir(parents=True, exist_ok=True)
+    path = plan.results / PLAN_FILE
+    path.write_text(plan.to_json() + "\n")
+    return path
+
+
+def read_plan(results: Path) -> dict:
+    path = results / PLAN_FILE
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(
+            f"{path}: {exc.strerror}", hint="pass the results directory given to 'pairs submit'"
+        ) from exc
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from exc
+    data["rounds"] = [[tuple(p) for p in rnd] for rnd in data.get("rounds", [])]
+    return data

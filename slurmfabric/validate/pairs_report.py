@@ -1,0 +1,241 @@
+"""Read a pair sweep's results, check how it ran, and name the node or link to suspect.
+
+Robust rule (documented for operators): the reference is the median over nodes of each
+node's median pair bandwidth, so one bad node cannot drag it down even when it touches
+half the pairs (3 of 6 pairs with 4 nodes). A pair is low below ``threshold`` x reference
+(default 0.8). A node whose own median is low is a suspect: its NIC, cable or switch port.
+A low pair between two nodes that are fine with everyone else points at the path between
+them. Failed pairs (no result, non-zero exit, #wrong > 0) are treated the same way.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmfabric.validate.nccl_tests import parse as parse_nccl_tests
+from slurmfabric.validate.pairs import Pair, pair_base, read_plan
+
+
+@dataclass
+class PairResult:
+    round: int
+    pair: Pair
+    busbw: float | None = None
+    rc: int | None = None
+    wrong: int = 0
+    ran_on: list[str] = field(default_factory=list)  # nodes the tasks recorded
+    start: float | None = None
+    end: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.busbw is not None
+
+
+@dataclass
+class Analysis:
+    nodes: list[str]
+    reference: float | None
+    threshold: float
+    node_median: dict[str, float | None]
+    low_pairs: list[Pair]
+    failed_pairs: list[Pair]
+    suspect_nodes: list[str]
+    suspect_links: list[Pair]
+    messages: list[str]
+
+    @property
+    def passing_nodes(self) -> list[str]:
+        bad = set(self.suspect_nodes) | {n for p in self.suspect_links for n in p}
+        return [n for n in self.nodes if n not in bad]
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def load_pair(results: Path, round_index: int, pair: Pair) -> PairResult:
+    base = pair_base(results, round_index, pair)
+    res = PairResult(round=round_index + 1, pair=pair)
+    res.rc = _read_int(base.with_suffix(".rc"))
+    try:
+        tasks = base.with_suffix(".tasks").read_text().splitlines()
+    except OSError:
+        tasks = []
+    starts, ends = [], []
+    for line in tasks:
+        parts = line.split()
+        if len(parts) >= 5 and parts[3] == "start":
+            res.ran_on.append(parts[1])
+            starts.append(float(parts[4]))
+        elif len(parts) >= 5 and parts[3] == "end":
+            ends.append(float(parts[4]))
+    res.start = min(starts) if starts else None
+    res.end = max(ends) if ends else None
+    try:
+        text = base.with_suffix(".out").read_text(errors="replace")
+    except OSError:
+        res.error = "no output file (step never ran)"
+        return res
+    runs = parse_nccl_tests(text)
+    if runs:
+        res.busbw = runs[-1].large_message_busbw()
+        res.wrong = runs[-1].wrong_total + (runs[-1].out_of_bounds or 0)
+    if res.rc not in (0, None):
+        res.error = f"exit code {res.rc}"
+    elif res.busbw is None:
+        res.error = "no nccl-tests result rows in the output"
+    elif res.wrong:
+        res.error = f"#wrong > 0 ({res.wrong}): data corruption"
+    return res
+
+
+def load_results(results: Path) -> tuple[dict, list[PairResult]]:
+    plan = read_plan(results)
+    pairs = [load_pair(results, i, p) for i, rnd in enumerate(plan["rounds"]) for p in rnd]
+    return plan, pairs
+
+
+def check_execution(plan: dict, pairs: list[PairResult]) -> list[str]:
+    """What the recorded task lines say about the schedule; [] means it ran as planned."""
+    problems = []
+    seen: dict[frozenset, int] = {}
+    for res in pairs:
+        key = frozenset(res.pair)
+        seen[key] = seen.get(key, 0) + 1
+        if res.ran_on and sorted(set(res.ran_on)) != sorted(res.pair):
+            problems.append(f"round {res.round}: pair {res.pair[0]}+{res.pair[1]} ran on "
+                            f"{','.join(sorted(set(res.ran_on)))}")
+    nodes = plan["nodes"]
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1:]:
+            count = seen.get(frozenset((a, b)), 0)
+            if count != 1 and len(plan["rounds"]) and _full_sweep(plan):
+                problems.append(f"pair {a}+{b} measured {count} times (expected once)")
+    for rnd in sorted({r.round for r in pairs}):
+        used: dict[str, int] = {}
+        for res in (r for r in pairs if r.round == rnd):
+            for node in set(res.ran_on):
+                used[node] = used.get(node, 0) + 1
+        twice = sorted(n for n, c in used.items() if c > 1)
+        if twice:
+            problems.append(f"round {rnd}: {', '.join(twice)} ran in two pairs at once")
+    return problems
+
+
+def _full_sweep(plan: dict) -> bool:
+    n = len(plan["nodes"])
+    return sum(len(r) for r in plan["rounds"]) == n * (n - 1) // 2
+
+
+def round_overlap(pairs: list[PairResult]) -> dict[int, bool]:
+    """Per round with 2+ pairs: did the steps really run at the same time?"""
+    out = {}
+    for rnd in sorted({r.round for r in pairs}):
+        spans = [(r.start, r.end) for r in pairs if r.round == rnd and r.start and r.end]
+        if len(spans) >= 2:
+            out[rnd] = max(s for s, _ in spans) < min(e for _, e in spans)
+    return out
+
+
+def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float = 0.8,
+            failed: list[Pair] | None = None) -> Analysis:
+    """Robust outliers against the median and the node (or link) that explains them."""
+    failed = list(failed or [])
+    measured = {frozenset(p): v for p, v in values.items() if v is not None}
+
+    def pairs_of(node: str) -> list[float]:
+        return [v for p, v in measured.items() if node in p]
+
+    node_median = {n: (statistics.median(pairs_of(n)) if pairs_of(n) else None) for n in nodes}
+    medians = [m for m in node_median.values() if m is not None]
+    reference = statistics.median(medians) if medians else None
+    cut = threshold * reference if reference else None
+    low = [p for p, v in values.items() if v is not None and cut is not None and v < cut]
+    suspects = [n for n, med in node_median.items()
+                if cut is not None and med is not None and med < cut]
+    # Failed pairs: a node that fails with most of its partners is the suspect too.
+    for n in nodes:
+        tried = [p for p in values if n in p] + [p for p in failed if n in p and p not in values]
+        bad = [p for p in failed if n in p]
+        if n not in suspects and tried and len(bad) * 2 > len(tried) and len(bad) >= 2:
+            suspects.append(n)
+    links = [p for p in low + failed if not (set(p) & set(suspects))]
+    # Report percentages against healthy pairs only (no suspect involved).
+    healthy = [v for p, v in measured.items() if not (set(p) & set(suspects))]
+    ref_ok = statistics.median(healthy) if healthy else reference
+    messages = []
+    for n in suspects:
+        mine = [(p, v) for p, v in values.items() if n in p]
+        vals = [v for _, v in mine if v is not None]
+        nfailed = sum(1 for p in failed if n in p)
+        if vals and ref_ok:
+            pct = 100.0 * statistics.median(vals) / ref_ok
+            lows = sum(1 for v in vals if v < threshold * ref_ok)
+            every = "every pair" if lows == len(mine) else f"{lows} of {len(mine)} pairs"
+            messages.append(
+                f"{every} with {n} is at {pct:.0f} % ({statistics.median(vals):.1f} vs "
+                f"{ref_ok:.1f} GB/s): suspect {n}'s NIC or cable"
+            )
+        else:
+            messages.append(f"{nfailed} pairs with {n} failed: suspect {n} (NIC, driver, cable)")
+    for a, b in links:
+        v = values.get((a, b))
+        if v is None:
+            messages.append(f"pair {a}+{b} failed while both work with others: suspect the "
+                            f"link or switch path between {a} and {b}")
+        else:
+            pct = 100.0 * v / ref_ok if ref_ok else 0.0
+            messages.append(f"pair {a}+{b} is at {pct:.0f} % while both are fine with others: "
+                            f"suspect the link or switch path between them")
+    if not messages:
+        messages.append("no outliers: every pair is within "
+                        f"{100 * (1 - threshold):.0f} % of the median")
+    return Analysis(nodes=nodes, reference=ref_ok, threshold=threshold, node_median=node_median,
+                    low_pairs=low, failed_pairs=failed, suspect_nodes=suspects,
+                    suspect_links=links, messages=messages)
+
+
+def matrix(nodes: list[str], values: dict[Pair, float | None]) -> list[list[float | None]]:
+    """Symmetric node-by-node matrix; None on the diagonal and for missing pairs."""
+    index = {n: i for i, n in enumerate(nodes)}
+    m: list[list[float | None]] = [[None] * len(nodes) for _ in nodes]
+    for (a, b), v in values.items():
+        m[index[a]][index[b]] = m[index[b]][index[a]] = v
+    return m
+
+
+def render_table(nodes: list[str], values: dict[Pair, float | None],
+                 analysis: Analysis) -> str:
+    """Matrix of busbw in GB/s with a '!' on low pairs, then the findings."""
+    m = matrix(nodes, values)
+    low = {frozenset(p) for p in analysis.low_pairs}
+    failed = {frozenset(p) for p in analysis.failed_pairs}
+    width = max(8, max(len(n) for n in nodes) + 1)
+    lines = ["busbw GB/s".ljust(width) + "".join(n.rjust(width) for n in nodes)]
+    for i, a in enumerate(nodes):
+        cells = []
+        for j, b in enumerate(nodes):
+            key = frozenset((a, b))
+            if i == j:
+                cell = "-"
+            elif key in failed:
+                cell = "FAIL"
+            elif m[i][j] is None:
+                cell = "n/a"
+            else:
+                cell = f"{m[i][j]:.1f}" + ("!" if key in low else "")
+            cells.append(cell.rjust(width))
+        lines.append(a.ljust(width) + "".join(cells))
+    ref = "n/a" if analysis.reference is None else f"{analysis.reference:.1f} GB/s"
+    lines.append(f"reference (median of healthy pairs): {ref}; low = below "
+                 f"{analysis.threshold:.0%} of the node medians' median ('!')")
+    lines += [f"- {msg}" for msg in analysis.messages]
+    return "\n".join(lines)
