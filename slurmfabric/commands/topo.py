@@ -1,0 +1,105 @@
+"""``slurmfabric topo``: what this node has, what NCCL should use, and why.
+
+slurmfabric topo [--sysfs-root DIR | --from FILE] [--json] [--explain]
+slurmfabric topo snapshot -o FILE[.json|.tar.gz] [--sysfs-root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric topo",
+        description="Discover GPUs, RDMA NICs and NUMA layout and show the NCCL/NUMA plan. "
+        "'slurmfabric topo snapshot -o FILE' saves what discovery read (JSON or tarball).",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--sysfs-root",
+        metavar="DIR",
+        help="read sysfs/procfs under DIR (default: $SLURMFABRIC_SYSFS_ROOT or /)",
+    )
+    source.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="plan from a snapshot written by 'topo snapshot'",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--explain", action="store_true", help="the reason for every choice")
+    parser.add_argument(
+        "--ntasks", type=int, default=None, help="local ranks to plan for (default: one per GPU)"
+    )
+    parser.add_argument(
+        "--master-addr",
+        default=os.environ.get("MASTER_ADDR"),
+        help="address rank 0 listens on (default: $MASTER_ADDR)",
+    )
+    parser.add_argument(
+        "--nccl-version", default=None, help="NCCL version the job runs, e.g. 2.21.5"
+    )
+    return parser
+
+
+def _snapshot(argv: list[str]) -> int:
+    from slurmfabric.topology import discover, snapshot
+
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric topo snapshot", description="Save the files topology discovery reads."
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="FILE.json for the parsed snapshot, anything else for a tar.gz",
+    )
+    parser.add_argument("--sysfs-root", metavar="DIR")
+    args = parser.parse_args(argv)
+    if args.output.endswith(".json"):
+        topo = discover(args.sysfs_root)
+        snapshot.write_json(topo, args.output)
+    else:
+        topo = snapshot.write_tarball(args.sysfs_root, args.output)
+    print(
+        f"wrote {args.output}: {len(topo.gpus)} GPUs, {len(topo.ports)} RDMA ports, "
+        f"{len(topo.netdevs)} netdevs"
+    )
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["snapshot"]:
+        return _snapshot(argv[1:])
+    args = _parser().parse_args(argv)
+    from slurmfabric.plan import make_plan
+    from slurmfabric.topology import discover
+
+    if args.from_file:
+        from slurmfabric.topology import snapshot
+
+        topo = snapshot.load(args.from_file)
+    else:
+        topo = discover(args.sysfs_root)
+    plan = make_plan(
+        topo,
+        args.ntasks or max(len(topo.gpus), 1),
+        master_addr=args.master_addr,
+        user_env={k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+        nccl_version=args.nccl_version,
+    )
+    if args.json:
+        from slurmfabric.topology.snapshot import to_dict
+
+        json.dump({"topology": to_dict(topo), "plan": plan.to_dict()}, sys.stdout, indent=1)
+        print()
+        return 0
+    from slurmfabric.commands._topo_table import render
+
+    print(render(topo, plan, explain=args.explain))
+    return 0
