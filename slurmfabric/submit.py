@@ -56,7 +56,7 @@ class SubmitRequest:
         return "\n".join(lines) + "\n" + self.script
 
 
-def pyslurm_fields(config: JobConfig) -> dict[str, Any]:
+def pyslurm_fields(config: JobConfig, workdir: Optional[str] = None) -> dict[str, Any]:
     """JobSubmitDescription attributes (pyslurm 25.11 docs) matching the #SBATCH lines.
 
     Mapped from the config, not by pyslurm re-parsing #SBATCH lines, because its parser
@@ -72,7 +72,8 @@ def pyslurm_fields(config: JobConfig) -> dict[str, Any]:
         "name": job.name,
         "nodes": job.nodes,
         "ntasks_per_node": tasks_per_node(config),
-        "working_directory": config.program.workdir or os.getcwd(),
+        # like sbatch's: where the job starts (the script itself cd's to program.workdir)
+        "working_directory": workdir or os.getcwd(),
     }
     optional = {
         "partitions": job.partition, "account": job.account, "qos": job.qos,
@@ -154,7 +155,7 @@ def build_request(
         sbatch_args=tuple(sbatch_args),
         workdir=workdir,
         test_only=test_only,
-        pyslurm_fields=pyslurm_fields(config) if resolved == "pyslurm" else {},
+        pyslurm_fields=pyslurm_fields(config, workdir) if resolved == "pyslurm" else {},
     )
 
 
