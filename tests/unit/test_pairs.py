@@ -1,0 +1,220 @@
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmfabric.commands import pairs as cmd
+from slurmfabric.errors import UsageError
+from slurmfabric.validate import fakebw
+from slurmfabric.validate.heatmap import render_svg
+from slurmfabric.validate.nccl_tests import parse
+from slurmfabric.validate.pairs import (
+    SweepPlan,
+    pair_base,
+    parse_pairs,
+    render_script,
+    round_robin,
+    schedule_pairs,
+    write_plan,
+)
+from slurmfabric.validate.pairs_report import analyze, check_execution, load_results, matrix
+
+NODES4 = ["sfn1", "sfn2", "sfn3", "sfn4"]
+
+
+@given(st.integers(min_value=2, max_value=24))
+def test_round_robin_covers_every_pair_once_and_no_node_twice_per_round(n):
+    nodes = [f"n{i:02d}" for i in range(n)]
+    rounds = round_robin(nodes)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    flat = [frozenset(p) for rnd in rounds for p in rnd]
+    assert sorted(map(sorted, flat)) == sorted(map(sorted, itertools.combinations(nodes, 2)))
+    for rnd in rounds:
+        used = [x for p in rnd for x in p]
+        assert len(used) == len(set(used))
+        assert len(rnd) == n // 2
+
+
+def test_round_robin_rejects_bad_input():
+    with pytest.raises(UsageError):
+        round_robin(["a"])
+    with pytest.raises(UsageError):
+        round_robin(["a", "b", "a"])
+
+
+def test_schedule_subset_and_parse_pairs():
+    pairs = parse_pairs("a:b,c:d,a:c,b:d,b:a")
+    rounds = schedule_pairs(pairs)
+    assert rounds == [[("a", "b"), ("c", "d")], [("a", "c"), ("b", "d")]]
+    with pytest.raises(UsageError):
+        parse_pairs("a-b")
+
+
+def _plan(tmp_path, **kw):
+    return SweepPlan(nodes=NODES4, rounds=round_robin(NODES4), results=tmp_path / "res", **kw)
+
+
+def test_script_quotes_values_and_runs_rounds_concurrently(tmp_path):
+    plan = _plan(tmp_path, command=["all_reduce_perf", "-b", "1G", "--x=$(reboot)"],
+                 partition="gpu", mpi="pmix", gpus_per_node=8, tasks_per_node=8)
+    text = render_script(plan)
+    assert "'--x=$(reboot)'" in text  # quoted: data, not code
+    assert "#SBATCH --nodelist=sfn1,sfn2,sfn3,sfn4" in text
+    assert "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --gpus-per-node=8" in text
+    assert "--ntasks=16" in text and "--mpi=pmix" in text
+    assert text.count("wait\n") == 3 and text.count(" &\n") == 6
+    assert "run_pair 01 sfn1 sfn4 &" in text
+    script = tmp_path / "s.sh"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    shellcheck = subprocess.run(["shellcheck", "-S", "warning", str(script)],
+                                capture_output=True, text=True)
+    assert shellcheck.returncode == 0, shellcheck.stdout
+
+
+def test_plan_rejects_relative_or_odd_paths(tmp_path):
+    with pytest.raises(UsageError, match="absolute"):
+        SweepPlan(nodes=NODES4, rounds=[], results=Path("rel"))
+    with pytest.raises(UsageError, match="spaces"):
+        SweepPlan(nodes=NODES4, rounds=[], results=tmp_path / "a b")
+    with pytest.raises(UsageError, match="node name"):
+        SweepPlan(nodes=["a/b", "c"], rounds=[], results=tmp_path)
+
+
+def test_fakebw_output_is_nccl_tests_format_at_the_slower_rate():
+    text = fakebw.render(["n1", "n2"], 180.0, 1 << 30, 8 << 30, 2, pid=100)
+    (run,) = parse(text)
+    assert [d.host for d in run.devices] == ["n1", "n2"]
+    assert [r.size for r in run.rows] == [1 << 30, 2 << 30, 4 << 30, 8 << 30]
+    assert 175 < run.large_message_busbw() <= 180 and run.out_of_bounds == 0
+    assert run.rows[0].out_of_place.algbw == run.rows[0].out_of_place.busbw  # 2 ranks
+
+
+def test_fakebw_main_uses_the_step_nodes_and_map(monkeypatch, capsys, tmp_path):
+    mapping = tmp_path / "bw.json"
+    mapping.write_text(json.dumps({"sfn3": 100}))
+    monkeypatch.setenv("SLURMFABRIC_FAKEBW", f"@{mapping}")
+    monkeypatch.setenv("SLURMFABRIC_FAKEBW_SECONDS", "0")
+    monkeypatch.setenv("SLURM_STEP_NODELIST", "sfn[2-3]")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURMD_NODENAME", "sfn2")
+    assert fakebw.main(["-b", "1G", "-e", "2G"]) == 0
+    (run,) = parse(capsys.readouterr().out)
+    assert run.hosts == ["sfn2", "sfn3"] and run.large_message_busbw() < 100
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    assert fakebw.main([]) == 0 and capsys.readouterr().out == ""
+    assert fakebw.parse_size("512M") == 512 << 20 and fakebw.parse_size("8") == 8
+
+
+def _fake_results(tmp_path, rates, broken=()):
+    """A results directory as the job writes it, built from fakebw output."""
+    plan = _plan(tmp_path)
+    write_plan(plan)
+    for i, rnd in enumerate(plan.rounds):
+        for pair in rnd:
+            base = pair_base(plan.results, i, pair)
+            base.parent.mkdir(parents=True, exist_ok=True)
+            bw = min(rates.get(n, 360.0) for n in pair)
+            failed = set(pair) in [set(b) for b in broken]
+            base.with_suffix(".out").write_text(
+                "" if failed else fakebw.render(list(pair), bw, 1 << 30, 8 << 30, 2))
+            base.with_suffix(".rc").write_text("1\n" if failed else "0\n")
+            base.with_suffix(".tasks").write_text("".join(
+                f"{k} {n} {i}.0 start {10 * i + k}.0\n{k} {n} {i}.0 end {10 * i + 5}.0 0\n"
+                for k, n in enumerate(pair)))
+    return plan
+
+
+def test_report_names_the_slow_node_and_writes_svg(tmp_path, capsys):
+    plan = _fake_results(tmp_path, {"sfn3": 180.0})
+    svg = tmp_path / "m.svg"
+    assert cmd.main(["report", str(plan.results), "--svg", str(svg)]) == 1
+    out = capsys.readouterr().out
+    assert "every pair with sfn3 is at 50 %" in out and "178.6!" in out
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg")
+    assert cmd.main(["report", str(plan.results), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["suspect_nodes"] == ["sfn3"] and data["execution_problems"] == []
+
+
+def test_report_healthy_sweep_passes(tmp_path, capsys):
+    plan = _fake_results(tmp_path, {})
+    assert cmd.main(["report", str(plan.results)]) == 0
+    assert "no outliers" in capsys.readouterr().out
+
+
+def test_report_failed_pairs_name_the_node(tmp_path):
+    plan = _fake_results(tmp_path, {}, broken=[("sfn2", "sfn4"), ("sfn1", "sfn4"),
+                                               ("sfn3", "sfn4")])
+    _, pairs = load_results(plan.results)
+    values = {r.pair: (r.busbw if r.ok else None) for r in pairs}
+    failed = [r.pair for r in pairs if not r.ok]
+    analysis = analyze(NODES4, values, failed=failed)
+    assert analysis.suspect_nodes == ["sfn4"] and analysis.suspect_links == []
+    assert {r.error for r in pairs if not r.ok} == {"exit code 1"}
+
+
+def test_low_link_between_two_good_nodes():
+    values = {("a", "b"): 150.0, ("a", "c"): 358.0, ("a", "d"): 357.0,
+              ("b", "c"): 357.0, ("b", "d"): 356.0, ("c", "d"): 359.0}
+    analysis = analyze(["a", "b", "c", "d"], values)
+    assert analysis.suspect_nodes == [] and analysis.suspect_links == [("a", "b")]
+    assert "between them" in analysis.messages[0]
+
+
+def test_execution_check_catches_a_node_in_two_pairs(tmp_path):
+    plan = _fake_results(tmp_path, {})
+    # Make round 1's second pair claim it ran on sfn1, which round 1 already used.
+    base = pair_base(plan.results, 0, plan.rounds[0][1])
+    base.with_suffix(".tasks").write_text("0 sfn1 5.0 start 1.0\n1 sfn3 5.0 start 1.0\n")
+    plan_data, pairs = load_results(plan.results)
+    problems = check_execution(plan_data, pairs)
+    assert any("sfn1 ran in two pairs" in p for p in problems)
+    assert any("ran on sfn1,sfn3" in p for p in problems)
+
+
+def test_matrix_is_symmetric_and_svg_has_labels():
+    values = {("a", "b"): 1.0, ("a", "c"): 2.0}
+    m = matrix(["a", "b", "c"], values)
+    assert m[1][0] == 1.0 and m[2][0] == 2.0 and m[1][2] is None and m[0][0] is None
+    root = ET.fromstring(render_svg(["a", "b", "c"], m, 2.0, "t", ["note <x>"]))
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "a" in texts and "note <x>" in texts and "n/a" in texts
+
+
+def test_submit_dry_run_prints_script_and_submit_uses_slurmcmd(tmp_path, capsys, mocker):
+    res = tmp_path / "r"
+    assert cmd.main(["submit", "--nodes", "sfn[1-4]", "--results", str(res), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "sbatch --parsable" in out and "all_reduce_perf -b 1G -e 8G" in out
+    assert not res.exists()
+    from slurmfabric import slurmcmd
+    sb = mocker.patch.object(slurmcmd, "sbatch", return_value=slurmcmd.JobId("42"))
+    assert cmd.main(["submit", "--nodes", "sfn[1-3]", "--results", str(res)]) == 0
+    assert "submitted job 42" in capsys.readouterr().out
+    script = sb.call_args.args[0]
+    assert script.count("wait\n") == 3  # odd N: N rounds with a bye
+    assert json.loads((res / "plan.json").read_text())["nodes"] == ["sfn1", "sfn2", "sfn3"]
+
+
+def test_drain_and_resume_go_through_the_health_module(tmp_path, capsys, mocker):
+    from slurmfabric.health import drain as drain_mod
+
+    plan = _fake_results(tmp_path, {"sfn3": 180.0})
+    dr = mocker.patch.object(drain_mod, "drain",
+                             return_value=drain_mod.DrainOutcome("drained", "r"))
+    rs = mocker.patch.object(drain_mod, "resume_if_ours", return_value=True)
+    cmd.main(["report", str(plan.results), "--drain", "--resume-passing",
+              "--state-dir", str(tmp_path / "st")])
+    assert [c.args[:2] for c in dr.call_args_list] == [("sfn3", "pairs")]
+    assert "every pair with sfn3" in dr.call_args.args[2]
+    assert sorted(c.args[0] for c in rs.call_args_list) == ["sfn1", "sfn2", "sfn4"]
+    assert "drain sfn3: drained" in capsys.readouterr().out
