@@ -122,8 +122,10 @@ class Context:
             except ValueError:  # UUIDs or MIG names: do not guess, check every GPU
                 gpus = None
         if hook == "epilog":
-            for key in ("SLURM_JOB_DERIVED_EC", "SLURM_JOB_EXIT_CODE"):
-                value = env.get(key, "0").split(":")[0]
-                if value.strip() not in ("", "0"):
+            # DERIVED_EC and EXIT_CODE are wait statuses (256 = exit 1); EXIT_CODE2 is
+            # "exit:signal". Any non-zero part means the job failed: look deeper.
+            for key in ("SLURM_JOB_DERIVED_EC", "SLURM_JOB_EXIT_CODE", "SLURM_JOB_EXIT_CODE2"):
+                parts = env.get(key, "0").split(":")
+                if any(p.strip() not in ("", "0") for p in parts):
                     deep = True
         return cls(hook, node, env.get("SLURM_JOB_ID") or None, gpus, deep)
