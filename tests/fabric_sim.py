@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 PACKAGES = ("ibsim-utils", "libumad2sim0", "infiniband-diags", "opensm")
 _COUNTER = itertools.count()
@@ -120,13 +121,15 @@ class SimFabric:
             start_new_session=True,
         )
         self.pids.append(self.proc.pid)
-        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True).start()
         self.wait_for(r"sim> ", timeout)
 
-    def _pump(self) -> None:
-        assert self.proc and self.proc.stdout
+    def _pump(self, pipe: IO[str]) -> None:
         while True:
-            chunk = self.proc.stdout.read(1)
+            try:
+                chunk = pipe.read(1)
+            except (OSError, ValueError):  # the pipe was closed by stop()
+                return
             if not chunk:
                 return
             with self._lock:
