@@ -51,7 +51,7 @@ class Port:
     link_layer: str = "InfiniBand"
     gids: list[tuple[int, str, str | None, str | None]] = field(default_factory=list)
     counters: dict[str, str] = field(default_factory=dict)
-    gid_slots: int = 128  # zero GIDs fill the rest of the table, like the kernel
+    gid_slots: int = 32  # zero GIDs fill the rest of the table (128-256 on real HCAs)
 
 
 @dataclass

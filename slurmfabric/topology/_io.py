@@ -76,14 +76,15 @@ class Reader:
         return resolved  # escaped the root (absolute link in a fixture): keep as is
 
     def readlink_name(self, absolute: str) -> str | None:
-        """Basename of a symlink's target (``device/physfn`` -> ``0000:17:00.0``)."""
-        try:
-            target = os.readlink(self.host(absolute))
-        except OSError:
+        """Name of what a symlink points at (``device/physfn`` -> ``0000:17:00.0``)."""
+        host = self.host(absolute)
+        if not os.path.islink(host):
             return None
         if self.record:
             self._note_links(absolute)
-        return os.path.basename(target.rstrip("/"))
+        # realpath, not the raw target: the kernel writes ``../../../0000:01:00.0`` but a
+        # link may end in ``..``; a dangling physfn (PF not passed through) still resolves.
+        return os.path.basename(os.path.realpath(host).rstrip("/"))
 
     def _note_links(self, absolute: str) -> None:
         """Remember every symlink along ``absolute`` so a tarball can rebuild the path."""
