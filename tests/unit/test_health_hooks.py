@@ -1,0 +1,219 @@
+"""Prolog/epilog end to end on fixture nodes: outputs, drain, deadline, concurrency, imports."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
+from helpers import (  # noqa: E402
+    fake_slurm,
+    h100_tree,
+    hgx_node,
+    scontrol_calls,
+    slurm_nodes,
+    write_config,
+)
+
+from slurmfabric.health import node as node_checks  # noqa: E402
+from slurmfabric.health import runner  # noqa: E402
+from slurmfabric.health.model import ProbeError  # noqa: E402
+
+NODE = "gpu007"
+
+
+def hook(kind: str, env: dict[str, str], job: str = "1001", timeout: float = 30,
+         **extra: str) -> subprocess.CompletedProcess:
+    env = {**env, "SLURMD_NODENAME": NODE, "SLURM_JOB_ID": job, **extra}
+    return subprocess.run([sys.executable, "-m", "slurmfabric", "health", kind], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """(make_env(scenario, **node_extra, runner=...), state_dir, sysfs root)."""
+    sysfs = h100_tree(tmp_path / "root")
+    state = tmp_path / "state"
+
+    def make(scenario: str = "h100-535-healthy", runner_opts: dict | None = None,
+             root: Path | None = sysfs, slurm_state: str = "IDLE", **extra):
+        cfg = write_config(tmp_path / "health.toml", state,
+                           [hgx_node("gpu[001-016]", scenario, root, **extra)], runner_opts)
+        env = fake_slurm(tmp_path, {NODE: (slurm_state, ""), "gpu008": ("IDLE", "")})
+        env["SLURMFABRIC_HEALTH_CONFIG"] = str(cfg)
+        return env
+    return make, state, sysfs
+
+
+def test_healthy_prolog_passes_and_writes_every_output(setup) -> None:
+    make, state, _ = setup
+    env = make()
+    proc = hook("prolog", env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((state / "reports" / f"last-{NODE}.json").read_text())
+    assert report["status"] == "ok" and report["hook"] == "prolog" and report["job_id"] == "1001"
+    names = {c["check"] for c in report["checks"]}
+    assert {"gpu.ecc", "gpu.throttle", "rdma.ports", "rdma.gdr", "node.memory"} <= names
+    prom = (state / f"{NODE}.prom").read_text()
+    assert f'slurmfabric_health_check_status{{node="{NODE}",check="rdma.ports"}} 0' in prom
+    assert f'slurmfabric_rdma_port_rate_gbps{{node="{NODE}",device="mlx5_0",port="1"}} 400' in prom
+    assert f'slurmfabric_gpu_temperature_celsius{{node="{NODE}",gpu="7"}}' in prom
+    log = (state / "health.log").read_text()
+    assert f"health prolog node={NODE} job=1001 status=ok exit=0" in log
+    assert scontrol_calls(env) == []  # a healthy hook never talks to slurmctld
+    assert (state / "jobs" / f"{NODE}-1001.json").exists()  # counters for the epilog
+
+
+def test_failing_prolog_drains_with_precise_reason_and_exits_1(setup) -> None:
+    make, state, _ = setup
+    env = make("h100-535-ecc")
+    proc = hook("prolog", env)
+    assert proc.returncode == 1
+    node = slurm_nodes(env)[NODE]
+    assert node["state"] == "IDLE+DRAIN"
+    assert node["reason"] == "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors"
+    report = json.loads((state / "reports" / f"last-{NODE}.json").read_text())
+    assert report["drain"]["outcome"] == "drained" and report["exit_code"] == 1
+
+
+def test_hung_nvidia_smi_is_reported_and_the_hook_finishes_on_time(setup) -> None:
+    make, state, _ = setup
+    env = make("hang", runner_opts={"probe_timeout_s": 1.0, "budget_s": 3.0})
+    start = time.monotonic()
+    proc = hook("prolog", env, timeout=20)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1
+    assert elapsed < 2.8, f"hook took {elapsed:.1f} s with a 1 s probe deadline"
+    reason = slurm_nodes(env)[NODE]["reason"]
+    assert reason.startswith("slurmfabric: gpu.count: nvidia-smi did not return in 1 s")
+
+
+def test_budget_bounds_a_collector_that_never_returns() -> None:
+    start = time.monotonic()
+    facts = runner.gather({"stuck": lambda t: time.sleep(30), "fine": lambda t: 42}, 0.3, 5)
+    assert time.monotonic() - start < 1.5
+    assert facts["fine"] == 42
+    assert isinstance(facts["stuck"], ProbeError)
+    assert str(facts["stuck"]) == "stuck did not finish within the 0.3 s budget"
+
+
+@pytest.mark.parametrize("scenario,expect_rc", [("h100-535-healthy", 0), ("h100-535-hot", 1)])
+def test_twenty_concurrent_hooks_on_one_node(setup, scenario, expect_rc) -> None:
+    make, state, _ = setup
+    env = make(scenario)
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        procs = list(pool.map(lambda i: hook("prolog" if i % 2 else "epilog", env,
+                                             job=str(5000 + i), timeout=120), range(20)))
+    assert [p.returncode for p in procs] == [expect_rc] * 20, [p.stderr for p in procs]
+    reports = [json.loads(p.read_text()) for p in (state / "reports").glob(f"{NODE}-*.json")]
+    assert sorted(r["job_id"] for r in reports) == [str(5000 + i) for i in range(20)]
+    heads = [line for line in (state / "health.log").read_text().splitlines()
+             if f"node={NODE} job=" in line]
+    assert len(heads) == 20 and all(f"exit={expect_rc}" in h for h in heads)
+    assert not list(state.rglob("*.tmp")), "a half-written temporary file was left behind"
+    json.loads((state / "reports" / f"last-{NODE}.json").read_text())
+    if expect_rc:
+        assert slurm_nodes(env)[NODE]["reason"].startswith("slurmfabric: gpu.temperature: GPU7")
+
+
+def test_a_held_lock_fails_loudly_instead_of_passing(setup) -> None:
+    make, state, _ = setup
+    env = make(runner_opts={"lock_timeout_s": 0.3})
+    state.mkdir(parents=True, exist_ok=True)
+    with open(state / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = hook("prolog", env)
+    assert proc.returncode == 1
+    assert "still held after 0.3 s" in (state / "health.log").read_text()
+
+
+def test_hook_path_imports_no_heavy_modules(setup) -> None:
+    make, _, _ = setup
+    env = {**make(), "SLURMD_NODENAME": NODE, "SLURM_JOB_ID": "77"}
+    code = ("import sys, json; from slurmfabric.cli import main; rc = main(['health', "
+            "'prolog']); heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'pydantic', 'pydantic_settings', 'jinja2', 'torch', 'psutil', 'pynvml'}); "
+            "print(json.dumps([rc, heavy]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [0, []], out.stderr
+
+
+def test_counter_deltas_between_prolog_and_epilog(setup, tmp_path) -> None:
+    make, state, sysfs = setup
+    env = make()
+    assert hook("prolog", env, job="300").returncode == 0
+    # During the job mlx5_2 port 1 saw 50 symbol errors and one link down.
+    counters = sysfs / "sys/class/infiniband/mlx5_2/ports/1/counters"
+    (counters / "symbol_error").write_text("50\n")
+    (counters / "link_downed").write_text("1\n")
+    proc = hook("epilog", env, job="300")
+    assert proc.returncode == 1
+    reason = slurm_nodes(env)[NODE]["reason"]
+    assert reason.startswith("slurmfabric: rdma.counters: mlx5_2:1 link_downed +1 during the job")
+    assert not (state / "jobs" / f"{NODE}-300.json").exists()
+
+
+def test_without_a_snapshot_counters_use_absolute_limits(setup) -> None:
+    make, state, sysfs = setup
+    env = make()
+    (sysfs / "sys/class/infiniband/mlx5_6/ports/1/counters/symbol_error").write_text("50\n")
+    assert hook("epilog", env, job="301").returncode == 0  # 50 <= 100 since boot
+    (sysfs / "sys/class/infiniband/mlx5_6/ports/1/counters/symbol_error").write_text("5000\n")
+    assert hook("epilog", env, job="302").returncode == 1
+    assert "mlx5_6:1 symbol_error=5000 (limit 100)" in slurm_nodes(env)[NODE]["reason"]
+
+
+def test_port_at_half_rate_and_missing_gpudirect(tmp_path) -> None:
+    root = h100_tree(tmp_path / "r", port_changes={"mlx5_3": {"rate": "200 Gb/sec (4X HDR)"},
+                                                   "mlx5_8": {"state": "1: DOWN",
+                                                              "phys_state": "2: Polling"}},
+                     modules=[])
+    cfg_path = write_config(tmp_path / "h.toml", tmp_path / "s",
+                            [hgx_node("*", "h100-535-healthy", root)])
+    from slurmfabric.health import hooks
+
+    run = hooks.check(NODE, str(cfg_path))
+    by = {r.check: r for r in run.results}
+    assert by["rdma.ports"].reason == ("mlx5_3:1 at 200 Gb/s, expected 400; "
+                                       "mlx5_8:1 DOWN/Polling")
+    assert by["rdma.gdr"].status == "fail" and "nvidia-peermem" in by["rdma.gdr"].reason
+
+
+def test_config_error_fails_open_and_says_so(setup, tmp_path) -> None:
+    make, _, _ = setup
+    env = make()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[nodes]]\ngpu_count = 8\n")
+    proc = hook("prolog", {**env, "SLURMFABRIC_HEALTH_CONFIG": str(bad)})
+    assert proc.returncode == 0
+    assert "unknown key 'gpu_count'" in proc.stderr and "fail-open" in proc.stderr
+
+
+def test_leftover_job_processes_are_found() -> None:
+    child = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "987654"})
+    try:
+        found = node_checks.collect_leftovers("987654", [])
+        assert [p["pid"] for p in found] == [child.pid]
+        assert node_checks.collect_leftovers("987655", []) == []
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_manual_check_prints_a_table_and_never_drains(setup) -> None:
+    make, _, _ = setup
+    env = make("h100-535-pcie-x8")
+    proc = subprocess.run([sys.executable, "-m", "slurmfabric", "health", "check", "--node",
+                           NODE], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "gpu.pcie           FAIL    GPU2 PCIe x8, expected x16" in proc.stdout
+    assert scontrol_calls(env) == []
