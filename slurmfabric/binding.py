@@ -8,8 +8,6 @@ for an unsupported kernel or a missing NUMA node: it warns and carries on.
 from __future__ import annotations
 
 import os
-import platform
-import shutil
 import sys
 from typing import Callable
 
@@ -24,6 +22,8 @@ def _stderr(message: str) -> None:
 
 def set_preferred_node(node: int) -> str | None:
     """set_mempolicy(MPOL_PREFERRED, {node}); returns an error text instead of raising."""
+    import platform
+
     number = _SET_MEMPOLICY.get(platform.machine())
     if number is None:
         return f"set_mempolicy: unknown syscall number on {platform.machine()}"
@@ -46,6 +46,8 @@ def numactl_prefix(binding: object) -> list[str]:
     """``numactl --physcpubind=... --preferred=N`` for launchers that wrap a command."""
     cpus = getattr(binding, "cpus", ())
     node = getattr(binding, "mem_node", None)
+    import shutil
+
     if not shutil.which("numactl"):
         return []
     from slurmfabric._sysfs import format_cpulist

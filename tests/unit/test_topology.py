@@ -216,3 +216,18 @@ def test_topo_cli_h100_table_json_explain_and_snapshot(
     assert topo_cmd.main(["--from", str(out), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["plan"]["rails"] == data["plan"]["rails"]
+
+
+def test_per_rank_modules_stay_light() -> None:
+    import subprocess
+
+    code = (
+        "import sys, slurmfabric.topology, slurmfabric.plan, slurmfabric.binding\n"
+        "from slurmfabric.topology import discover\n"
+        "from slurmfabric.plan import make_plan\n"
+        "make_plan(discover(nvml=False), 1)\n"
+        "heavy = ('pydantic', 'pydantic_settings', 'jinja2', 'psutil', 'torch', 'pynvml')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
