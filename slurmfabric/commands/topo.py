@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["snapshot"]:
         return _snapshot(argv[1:])
     args = _parser().parse_args(argv)
-    from slurmfabric.plan import make_plan
+    from slurmfabric.plan import make_plan, visible_gpus_from_env
     from slurmfabric.topology import discover
 
     if args.from_file:
@@ -89,6 +89,7 @@ def main(argv: list[str]) -> int:
     plan = make_plan(
         topo,
         args.ntasks or max(len(topo.gpus), 1),
+        visible_gpus=None if args.from_file else visible_gpus_from_env(dict(os.environ)),
         master_addr=args.master_addr,
         user_env={k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
         nccl_version=args.nccl_version,

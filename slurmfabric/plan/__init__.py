@@ -185,7 +185,8 @@ def _rdma_env(
     )
     want["NCCL_NET"] = (
         "IB",
-        "make NCCL fail loudly instead of silently falling back to TCP sockets",
+        "make NCCL fail loudly instead of silently falling back to TCP sockets "
+        "(set NCCL_NET yourself to use a net plugin such as IBext)",
     )
     if choice.link_layer != "Ethernet":
         plan.notes.append("InfiniBand link layer: no GID index needed (NCCL addresses by LID)")

@@ -86,8 +86,10 @@ class Reader:
         # link may end in ``..``; a dangling physfn (PF not passed through) still resolves.
         return os.path.basename(os.path.realpath(host).rstrip("/"))
 
-    def _note_links(self, absolute: str) -> None:
+    def _note_links(self, absolute: str, depth: int = 0) -> None:
         """Remember every symlink along ``absolute`` so a tarball can rebuild the path."""
+        if depth > 40:  # the kernel's own ELOOP limit: a link cycle, stop following
+            return
         parts = [p for p in absolute.split("/") if p]
         current = ""
         for index, part in enumerate(parts):
@@ -107,9 +109,9 @@ class Reader:
             joined = os.path.normpath(os.path.join(os.path.dirname(current), target))
             rest = "/".join(parts[index + 1 :])
             if rest:
-                self._note_links(f"{joined}/{rest}")
+                self._note_links(f"{joined}/{rest}", depth + 1)
             else:
-                self._note_links(joined)
+                self._note_links(joined, depth + 1)
             return
 
 

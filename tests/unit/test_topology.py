@@ -231,3 +231,39 @@ def test_per_rank_modules_stay_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_nvml_names_gpus_when_available(built: dict[str, Path], monkeypatch) -> None:
+    import types
+
+    fake = types.ModuleType("pynvml")
+    buses = {0: b"00000000:29:00.0", 1: b"00000000:18:00.0"}  # NVML's 8-digit domain
+    fake.nvmlInit = lambda: None
+    fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetHandleByIndex = lambda i: i
+    fake.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=buses[h])
+    fake.nvmlDeviceGetUUID = lambda h: f"GPU-nvml-{h}"
+    fake.nvmlDeviceGetName = lambda h: "NVIDIA H100 (nvml)"
+
+    def no_minor(handle: int) -> int:
+        raise RuntimeError("NVMLError_NotSupported")
+
+    fake.nvmlDeviceGetMinorNumber = no_minor
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    topo = discover(built["h100_ib"], nvml=True)
+    assert topo.gpu_source == "nvml"
+    first = topo.gpus[0]  # 0000:18:00.0 is NVML index 1 here
+    assert (first.bus_id, first.index, first.uuid, first.name) == (
+        "0000:18:00.0",
+        1,
+        "GPU-nvml-1",
+        "NVIDIA H100 (nvml)",
+    )
+    assert first.minor == 0  # NVML could not say: /proc/driver/nvidia fills it in
+
+    def broken() -> None:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    fake.nvmlInit = broken
+    assert discover(built["h100_ib"], nvml=True).gpu_source == "sysfs"
