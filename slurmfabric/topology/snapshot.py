@@ -160,6 +160,8 @@ def load(path: str | os.PathLike[str]) -> Topology:
             f"{path} is neither a tarball nor JSON ({error})",
             hint="create it with 'slurmfabric topo snapshot -o FILE'",
         ) from error
+    if isinstance(data, dict) and isinstance(data.get("plan"), dict) and "topology" in data:
+        return from_dict(data["topology"])  # the output of 'slurmfabric topo --json'
     if not isinstance(data, dict) or data.get("slurmfabric_topology") != FORMAT:
         raise TopologyError(f"{path} is not a slurmfabric topology snapshot (format {FORMAT})")
     return from_dict(data["topology"])

@@ -267,3 +267,18 @@ def test_nvml_names_gpus_when_available(built: dict[str, Path], monkeypatch) -> 
 
     fake.nvmlInit = broken
     assert discover(built["h100_ib"], nvml=True).gpu_source == "sysfs"
+
+
+def test_root_from_environment_and_json_output_replays(
+    built: dict[str, Path], tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("SLURMFABRIC_SYSFS_ROOT", str(built["sriov"]))
+    assert [d.name for d in discover().rdma][:2] == ["mlx5_0", "mlx5_1"]
+    assert topo_cmd.main(["--json"]) == 0
+    saved = tmp_path / "topo.json"
+    saved.write_text(capsys.readouterr().out)
+    monkeypatch.delenv("SLURMFABRIC_SYSFS_ROOT")
+    replay = snapshot.load(saved)
+    assert dataclasses.replace(replay, root="") == dataclasses.replace(
+        discover(built["sriov"]), root=""
+    )
