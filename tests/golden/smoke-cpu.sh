@@ -27,6 +27,7 @@ eval "$slurmfabric_job_env"
 
 # --- launch (torchrun) ---
 srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task=2 \
+  bash -c 'exec "$1" --rdzv-conf="is_host=$((SLURM_NODEID == 0))" "${@:2}"' torchrun-agent \
   torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=2 \
   --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
   --rdzv-id="${SLURMFABRIC_RDZV_ID:-$SLURM_JOB_ID}" --no-python \

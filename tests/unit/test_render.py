@@ -96,6 +96,24 @@ def test_torchrun_one_task_per_node_one_worker_per_gpu() -> None:
     assert f"'{SF}' launch --mode torchrun -- python train.py --lr 3e-4" in launch
 
 
+@pytest.mark.parametrize("node_id", ["0", "1"])
+def test_torchrun_store_host_is_decided_on_each_node(node_id: str, tmp_path: Path) -> None:
+    """Only the step's node 0 hosts the rendezvous store, decided in the task at run time."""
+    for name, body in {"srun": 'while [ "${1#-}" != "$1" ]; do shift; done; exec "$@"',
+                       "torchrun": 'printf "%s\\n" "$@"'}.items():
+        (tmp_path / name).write_text(f"#!/bin/bash\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    launch = render_launch(config_for("torchrun", f"launcher.torchrun={tmp_path / 'torchrun'}"))
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_NNODES": "2", "SLURM_JOB_ID": "9",
+           "MASTER_ADDR": "n1-ib", "MASTER_PORT": "29501", "SLURM_NODEID": node_id}
+    argv = subprocess.run(["bash", "-c", launch], env=env, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    assert argv[0] == f"--rdzv-conf=is_host={1 if node_id == '0' else 0}"
+    assert "--rdzv-endpoint=n1-ib:29501" in argv and "--rdzv-id=9" in argv
+    assert argv[-9:] == [SF, "launch", "--mode", "torchrun", "--", "python", "train.py",
+                         "--lr", "3e-4"]
+
+
 @pytest.mark.parametrize(("launcher", "prefix"), [
     ("srun", "srun --kill-on-bad-exit=1"),
     ("srun-pmix", "srun --mpi=pmix --kill-on-bad-exit=1"),
@@ -145,7 +163,7 @@ def test_env_block_is_run_time_not_render_time() -> None:
     import socket
 
     assert socket.gethostname() not in script.replace("slurmfabric", "")
-    for frozen in ("MASTER_ADDR=", "NODE_RANK=", "SLURM_NODEID", "NCCL_IB_HCA", "NCCL_SOCKET"):
+    for frozen in ("MASTER_ADDR=", "NODE_RANK=", "$SLURM_NODEID", "NCCL_IB_HCA", "NCCL_SOCKET"):
         assert frozen not in script
 
 
