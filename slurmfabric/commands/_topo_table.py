@@ -58,7 +58,7 @@ def render(topo: Topology, plan: Plan, explain: bool = False) -> str:
         for dev in topo.rdma:
             for port in dev.ports:
                 gid = plan.rails.gids.get(port.name)
-                role = "rail" if port.name in rails else "-"
+                role = "rail" if port.name in rails else _role(plan.rails.excluded.get(port.name))
                 rows.append(
                     [
                         port.name,
@@ -124,6 +124,28 @@ def render(topo: Topology, plan: Plan, explain: bool = False) -> str:
         out += [f"  rank {b.local_rank}: {b.reason}" for b in plan.bindings]
         out += [f"  discovery: {n}" for n in topo.notes]
     return "\n".join(out)
+
+
+# Short ROLE words for ports that are not rails; --explain prints the full reason.
+_ROLES = (
+    ("on bond", "frontend"),
+    ("nearest GPU", "storage/frontend"),
+    ("port state", "unusable"),
+    ("physical state", "unusable"),
+    ("SR-IOV VF", "vf"),
+    ("no uverbs", "no-uverbs"),
+    ("no RoCE", "no-gid"),
+    ("link layer", "other-link"),
+    ("AWS EFA", "efa"),
+)
+
+
+def _role(reason: str | None) -> str:
+    if reason is None:
+        return "-"
+    if "Gb/s; the rails run at" in reason:
+        return "slower"
+    return next((word for prefix, word in _ROLES if reason.startswith(prefix)), "excluded")
 
 
 def _numa(node: int | None) -> str:

@@ -205,6 +205,10 @@ def test_topo_cli_h100_table_json_explain_and_snapshot(
         in text
     )
     assert "not a rail: mlx5_4:1: nearest GPU is NODE" in text
+    assert (
+        "  mlx5_4:1  ACTIVE  200   InfiniBand  0     0000:5b:00.0  ibp91s0   storage/frontend"
+        in text
+    )
     assert "  0     0    mlx5_0:1  0-13,112-125    0" in text
     assert topo_cmd.main(["--sysfs-root", root, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
