@@ -196,9 +196,18 @@ def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -
 
 def config_from_script(text: str) -> JobConfig:
     """The config a rendered script embeds (its ``# slurmfabric-config:`` line)."""
+    from pydantic import ValidationError
+
+    from slurmfabric.config.loader import format_errors
+
     for line in text.splitlines():
         if line.startswith(CONFIG_MARKER):
-            data = json.loads(line[len(CONFIG_MARKER):])
-            return JobConfig.model_validate(data)
+            try:
+                return JobConfig.model_validate(json.loads(line[len(CONFIG_MARKER):]))
+            except json.JSONDecodeError as exc:
+                raise ConfigError([f"the script's config line is not valid JSON: {exc}"]) \
+                    from None
+            except ValidationError as exc:
+                raise ConfigError(format_errors(exc)) from None
     raise ConfigError(["script has no '# slurmfabric-config:' line; was it rendered by "
                        "slurmfabric?"])

@@ -69,33 +69,51 @@ def _model_at(loc: Sequence[Any]) -> Optional[type[BaseModel]]:
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
+def _from_env(loc: Sequence[Any], got: Any) -> str:
+    """`` (from $SLURMFABRIC_X__Y)`` when that variable supplied the bad value."""
+    wanted = ("SLURMFABRIC_" + "__".join(str(p) for p in loc)).upper()
+    for name, value in os.environ.items():
+        if name.upper() == wanted and value == str(got):
+            return f" (from ${name})"
+    return ""
+
+
 def format_errors(exc: ValidationError) -> list[str]:
     """One line per problem: ``<field>: <what is wrong>; accepted: <what is>``."""
     lines: list[str] = []
     for error in exc.errors():
-        loc, kind, ctx = error["loc"], error["type"], error.get("ctx") or {}
-        got = error.get("input")
-        where = _dotted(loc)
-        if kind == "extra_forbidden":
-            model = _model_at(loc[:-1])
-            accepted = ", ".join(model.model_fields) if model else "see the docs"
-            lines.append(f"{where}: unknown field; accepted fields here: {accepted}")
-        elif kind == "value_error":
-            message = str(ctx.get("error", error["msg"]))
-            prefix = "" if not loc else f"{where}: "
-            lines.extend(prefix + line for line in message.splitlines())
-        elif kind == "literal_error":
-            expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
-            lines.append(f"{where}: got {got!r}; accepted: {expected}")
-        elif kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-            bound = {"greater_than_equal": ">=", "less_than_equal": "<=",
-                     "greater_than": ">", "less_than": "<"}[kind]
-            limit = next(iter(ctx.values()), "?")
-            lines.append(f"{where}: got {got!r}; accepted: a number {bound} {limit}")
-        elif kind in ("int_parsing", "int_type", "int_from_float"):
-            lines.append(f"{where}: got {got!r}; accepted: an integer")
-        elif kind in ("bool_parsing", "bool_type"):
-            lines.append(f"{where}: got {got!r}; accepted: true or false")
-        else:
-            lines.append(f"{where}: {error['msg']} (got {got!r})")
+        before = len(lines)
+        _format_one(error, lines)
+        if len(lines) == before + 1 and error["loc"]:
+            lines[-1] += _from_env(error["loc"], error.get("input"))
     return lines
+
+
+_BOUNDS = {"greater_than_equal": ">=", "less_than_equal": "<=", "greater_than": ">",
+           "less_than": "<"}
+
+
+def _format_one(error: Any, lines: list[str]) -> None:
+    loc, kind, ctx = error["loc"], error["type"], error.get("ctx") or {}
+    got = error.get("input")
+    where = _dotted(loc)
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        accepted = ", ".join(model.model_fields) if model else "see the docs"
+        lines.append(f"{where}: unknown field; accepted fields here: {accepted}")
+    elif kind == "value_error":
+        message = str(ctx.get("error", error["msg"]))
+        prefix = f"{where}: " if loc else ""
+        lines.extend(prefix + line for line in message.splitlines())
+    elif kind == "literal_error":
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        lines.append(f"{where}: got {got!r}; accepted: {expected}")
+    elif kind in _BOUNDS:
+        limit = next(iter(ctx.values()), "?")
+        lines.append(f"{where}: got {got!r}; accepted: a number {_BOUNDS[kind]} {limit}")
+    elif kind in ("int_parsing", "int_type", "int_from_float"):
+        lines.append(f"{where}: got {got!r}; accepted: an integer")
+    elif kind in ("bool_parsing", "bool_type"):
+        lines.append(f"{where}: got {got!r}; accepted: true or false")
+    else:
+        lines.append(f"{where}: {error['msg']} (got {got!r})")

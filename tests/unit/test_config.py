@@ -233,3 +233,19 @@ def test_cli_exit_2_one_line_per_problem_no_traceback(tmp_path: Path,
     errors = [line for line in err.splitlines() if line.startswith("slurmfabric: error: ")]
     assert len(errors) == 3
     assert "Traceback" not in err
+
+
+def test_error_names_the_env_var_that_supplied_the_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURMFABRIC_JOB__NODES", "abc")
+    (line,) = problems(sets=BASE)
+    assert line == "job.nodes: got 'abc'; accepted: an integer (from $SLURMFABRIC_JOB__NODES)"
+
+
+def test_from_script_errors_are_config_errors(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    script = write(tmp_path / "s.sh", '#!/bin/bash\n# slurmfabric-config: {"job": {"nodes": -1}}\n')
+    assert cli.main(["render", "--from-script", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "slurmfabric: error: job.nodes: got -1; accepted: a number >= 1" in err
+    assert "Traceback" not in err
