@@ -26,20 +26,31 @@ We are stricter than Slurm on malformed input that it half-accepts (``n[1-]``,
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
 from itertools import product
 
 from slurmfabric.errors import UsageError
+
+TYPE_CHECKING = False  # typing is not imported at run time: this module is on every rank
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 MAX_RANGE = 65536  # names in one lo-hi range; Slurm rejects n[1-65537] ("Too many hosts")
 MAX_HOSTS = 1 << 20  # default guard for a whole expansion
 _DIGITS = "0123456789"
 
-# An item: runs of plain characters and [...] groups, up to a separator outside brackets.
-_ITEM = re.compile(r"(?:[^,\s\[\]]|\[[^\[\]]*\])+")
 _SEPARATORS = frozenset(", \t")
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?\Z")
+_item_pattern = None  # compiled on first use: ``re`` costs milliseconds to import
+
+
+def _item_re():
+    """An item: plain characters and [...] groups, up to a separator outside brackets."""
+    global _item_pattern
+    if _item_pattern is None:
+        import re
+
+        _item_pattern = re.compile(r"(?:[^,\s\[\]]|\[[^\[\]]*\])+")
+    return _item_pattern
+
 
 # A parsed item: a literal name, or (texts, groups) where texts has len(groups)+1 entries
 # and each group is a tuple of (lo, hi, width) ranges.
@@ -63,7 +74,7 @@ class HostlistError(UsageError):
 def _items(expr: str) -> Iterator[tuple[int, str]]:
     """Yield (offset, item) lazily, checking that only separators lie between items."""
     pos = 0
-    for match in _ITEM.finditer(expr):
+    for match in _item_re().finditer(expr):
         _check_gap(expr, pos, match.start())
         pos = match.end()
         yield match.start(), match.group()
@@ -107,25 +118,30 @@ def _parse_group(expr: str, offset: int, body: str) -> tuple[Range, ...]:
     ranges = []
     pos = 0
     for part in body.split(","):
-        match = _RANGE.match(part)
-        if match is None:
+        lo_text, dash, hi_text = part.partition("-")
+        if not (_is_number(lo_text) and (not dash or _is_number(hi_text))):
             raise HostlistError(
                 expr, offset + pos, f"bad range {part!r} (want N or N-M with digits only)"
             )
-        lo_text, hi_text = match.groups()
         lo = int(lo_text)
-        hi = lo if hi_text is None else int(hi_text)
+        hi = int(hi_text) if dash else lo
         if hi < lo:
             raise HostlistError(
                 expr, offset + pos, f"range {part!r} goes down", f"write {hi_text}-{lo_text}"
             )
         if hi - lo + 1 > MAX_RANGE:
             raise HostlistError(
-                expr, offset + pos, f"range {part!r} has more than {MAX_RANGE} names (Slurm's limit)"
+                expr,
+                offset + pos,
+                f"range {part!r} has more than {MAX_RANGE} names (Slurm's limit)",
             )
         ranges.append((lo, hi, len(lo_text)))
         pos += len(part) + 1
     return tuple(ranges)
+
+
+def _is_number(text: str) -> bool:
+    return text.isdigit() and text.isascii()
 
 
 def parse(expr: str) -> list[str | Pattern]:
@@ -212,10 +228,41 @@ def count(expr: str) -> int:
     return sum(1 if isinstance(it, str) else _pattern_size(it) for it in parse(expr))
 
 
+def _first_item(expr: str) -> tuple[int, str] | None:
+    """The first item by a plain scan (no regex): it never reads past that item."""
+    start = 0
+    end = len(expr)
+    while start < end and expr[start] in _SEPARATORS:
+        start += 1
+    if start == end:
+        return None
+    depth = 0
+    pos = start
+    while pos < end:
+        char = expr[pos]
+        if char == "[":
+            if depth:
+                raise HostlistError(expr, pos, "nested '['")
+            depth = 1
+        elif char == "]":
+            if not depth:
+                raise HostlistError(expr, pos, "']' without a matching '['")
+            depth = 0
+        elif depth == 0 and char in _SEPARATORS:
+            break
+        elif char in "\n\r\v\f":
+            raise HostlistError(expr, pos, f"unexpected character {char!r}")
+        pos += 1
+    if depth:
+        raise HostlistError(expr, expr.rindex("[", start, pos), "'[' without a matching ']'")
+    return start, expr[start:pos]
+
+
 def first(expr: str) -> str:
     """The first name, reading only the first item: O(1) in the length of the list."""
-    for offset, text in _items(expr):
-        item = _parse_item(expr, offset, text)
+    found = _first_item(expr)
+    if found is not None:
+        item = _parse_item(expr, *found)
         if isinstance(item, str):
             return item
         texts, groups = item
@@ -225,7 +272,7 @@ def first(expr: str) -> str:
             parts.append(f"{lo:0{width}d}")
             parts.append(text_after)
         return "".join(parts)
-    raise HostlistError(expr, 0, "no names in the hostlist")
+    raise HostlistError(expr, 0, "no names in the hostlist", "check the node list variable")
 
 
 def index(expr: str, name: str) -> int:
@@ -343,19 +390,23 @@ def _range_text(rng: list) -> str:
 
 # --- SLURM_TASKS_PER_NODE / SLURM_JOB_CPUS_PER_NODE ------------------------------------
 
-_COUNT_ITEM = re.compile(r"(\d+)(?:\(x(\d+)\))?\Z")
-
 
 def _count_items(spec: str) -> Iterator[tuple[int, int]]:
     pos = 0
     for part in spec.split(","):
-        match = _COUNT_ITEM.match(part)
-        if match is None:
+        value, _, repeat = part.partition("(x")
+        if repeat:
+            repeat = repeat[:-1] if repeat.endswith(")") else ""
+        if (
+            not _is_number(value)
+            or (repeat != "" and not _is_number(repeat))
+            or ("(x" in part and not repeat)
+        ):
             raise UsageError(
                 f"invalid count list {spec!r}: bad item {part!r} at position {pos}",
                 "expected Slurm's form like 2(x3),1",
             )
-        yield int(match.group(1)), int(match.group(2) or 1)
+        yield int(value), int(repeat) if repeat else 1
         pos += len(part) + 1
 
 

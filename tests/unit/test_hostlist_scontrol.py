@@ -21,7 +21,8 @@ from slurmfabric import hostlist
 
 SCONTROL = shutil.which("scontrol")
 pytestmark = pytest.mark.skipif(
-    SCONTROL is None, reason="scontrol (slurm-client) is not installed: no reference to test against"
+    SCONTROL is None,
+    reason="scontrol (slurm-client) is not installed: no reference to test against",
 )
 SENTINEL = "zzsep"  # a name with no digits never joins a neighbour, so it splits batches
 
@@ -213,8 +214,20 @@ def test_suffix_after_brackets_follows_the_installed_version(scontrol, item):
 
 def test_rejections_agree_on_documented_errors(scontrol):
     # (not "n[1-2": after another item Slurm 22.05 half-parses it into the name "n]")
-    for expr in ["n[3-1]", "n[]", "n[a-c]", "n[1-2]]", "n[[1-2]]", "n[1-65537]",
-                 "n[1,,2]", "n[1,]", "n[-1]", "n[1--2]", "n[1-2-3]", "n[1x2]"]:
+    for expr in [
+        "n[3-1]",
+        "n[]",
+        "n[a-c]",
+        "n[1-2]]",
+        "n[[1-2]]",
+        "n[1-65537]",
+        "n[1,,2]",
+        "n[1,]",
+        "n[-1]",
+        "n[1--2]",
+        "n[1-2-3]",
+        "n[1x2]",
+    ]:
         assert scontrol.hostnames(expr) is None, expr
         with pytest.raises(hostlist.HostlistError):
             hostlist.expand(expr)

@@ -1,0 +1,87 @@
+"""``slurmfabric launch [options] -- CMD ARGS...``: the per-task wrapper.
+
+Sets the rank (and NCCL) environment, applies this local rank's CPU/memory binding when a
+fabric plan exists, then ``execvpe``s the command: the program replaces this process, so
+signals and the exit code go straight to it and no wrapper stays behind. Used as
+``srun slurmfabric launch -- python train.py`` or as torchrun's worker with
+``torchrun --no-python ... slurmfabric launch -- python train.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from slurmfabric.commands import env as env_cmd
+from slurmfabric.errors import UsageError
+
+USAGE = """\
+usage: slurmfabric launch [--mode auto|srun|torchrun] [--addr-policy POLICY]
+                          [--port-range LOW-HIGH] [--check-port] [--override]
+                          [--no-plan] [--no-bind] [--print] -- CMD [ARGS...]
+
+Set this task's rank and NCCL environment, bind it to its CPUs, and exec CMD.
+
+  --print      show the environment, binding and command instead of running it
+  --no-bind    set the environment but leave CPU and memory affinity alone
+  (other options as for 'slurmfabric env')
+"""
+
+_FLAGS = ("--check-port", "--override", "--no-plan", "--print", "--no-bind")
+
+
+def main(argv: list[str]) -> int:
+    opts, command = env_cmd.parse_options(argv, "slurmfabric launch", USAGE, _FLAGS, command=True)
+    if not command:
+        raise UsageError(
+            "slurmfabric launch: no command given",
+            "slurmfabric launch [options] -- python train.py",
+        )
+    environ = dict(os.environ)
+    rank_env, final, kept, plan = env_cmd.build(opts, environ)
+    binding = _binding(plan, rank_env)
+    if opts.get("--print"):
+        _print(final, kept, plan, binding, command, bool(opts.get("--no-bind")))
+        return 0
+    if binding is not None and not opts.get("--no-bind"):
+        from slurmfabric.binding import apply_binding
+
+        apply_binding(binding)
+    environ.update(final)
+    for key in kept:
+        environ[key] = kept[key]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], command, environ)
+    except FileNotFoundError:
+        print(f"slurmfabric: error: launch: command not found: {command[0]}", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"slurmfabric: error: launch: permission denied: {command[0]}", file=sys.stderr)
+        return 126
+    return 1  # not reached: execvpe replaced this process
+
+
+def _binding(plan: object, rank_env) -> object | None:
+    bindings = getattr(plan, "bindings", None) or []
+    local = rank_env.local_rank if rank_env.local_rank is not None else None
+    if local is None or local >= len(bindings):
+        return None
+    return bindings[local]
+
+
+def _print(final, kept, plan, binding, command, no_bind: bool) -> None:
+    out = [env_cmd.render(final, kept, "export", plan).rstrip("\n")]
+    if binding is None:
+        out.append("# binding: none (no fabric plan for this node)")
+    elif no_bind:
+        out.append("# binding: skipped (--no-bind)")
+    else:
+        cpus = getattr(binding, "cpus", ())
+        out.append(
+            f"# binding: cpus={','.join(map(str, cpus)) or 'unchanged'} "
+            f"mem_node={getattr(binding, 'mem_node', None)} ({getattr(binding, 'reason', '')})"
+        )
+    out.append("exec " + " ".join(env_cmd.quote(arg) for arg in command))
+    print("\n".join(out))

@@ -1,0 +1,538 @@
+"""The rank environment of one Slurm task, as a pure function of its environment.
+
+``resolve(env)`` reads only the mapping it is given (plus, for the ``nodeaddr`` and
+``iface:`` address policies, the lookups passed in) and returns a frozen :class:`RankEnv`;
+exporting it is a separate step (``slurmfabric env`` / ``slurmfabric launch``). No torch,
+no third-party imports: this runs on every rank and must start in milliseconds.
+
+Scopes (``mode="auto"`` picks one):
+
+* ``task``: inside an ``srun`` step, one task per GPU. RANK=SLURM_PROCID,
+  LOCAL_RANK=SLURM_LOCALID, NODE_RANK=SLURM_NODEID, WORLD_SIZE=SLURM_STEP_NUM_TASKS,
+  LOCAL_WORLD_SIZE from SLURM_STEP_TASKS_PER_NODE at this node (uneven counts are right).
+* ``node``: inside a step with one task per node that will run torchrun
+  (``mode="torchrun"``): NODE_RANK, NNODES, NPROC_PER_NODE and torchrun's own ``PET_*``
+  variables, so a bare ``torchrun train.py`` joins the right rendezvous.
+* ``job``: the batch shell (no SLURM_STEP_ID): job-level values only, so that a script can
+  ``eval "$(slurmfabric env)"`` once and pass ``$MASTER_ADDR:$MASTER_PORT`` to torchrun.
+* ``worker``: already under torchrun (TORCHELASTIC_RUN_ID set): torchrun's values are kept.
+
+MASTER_ADDR is the first node of the step's node list, found without expanding the list.
+MASTER_PORT is a CRC-32 of (cluster, job id, het group, step) folded into a port range
+(default 20000-29999), so two jobs sharing a node differ unless the hash collides
+(1 in 10,000) — unlike ``job_id % 10000`` schemes, where jobs 10,000 apart always collide.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from slurmfabric import hostlist
+from slurmfabric.errors import RankEnvError
+
+TYPE_CHECKING = False  # no typing/dataclasses at run time: see RankEnv
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+# 20000-29999: below Linux's ephemeral range (ip_local_port_range 32768-60999), so a
+# hashed port never races outgoing connections for the same number; above the
+# registered low ports; 10,000 wide. 29500 (torch's default) is inside but only 1 in 10k.
+DEFAULT_PORT_RANGE = (20000, 29999)
+MARKER = "SLURMFABRIC_ENV_SET"  # "KEY=VALUE ..." that slurmfabric itself exported
+MARKER_JOB = "SLURMFABRIC_ENV_JOB"  # the job those values belong to
+MODES = ("auto", "srun", "torchrun")
+_SPECIAL_STEP_MIN = 0xFFFFFFF0  # batch/extern/interactive steps are numbered up here
+LOOPBACK_HINT = (
+    "use --addr-policy suffix:-ib, nodeaddr or iface:NAME to pick a routable address, "
+    "or set SLURMFABRIC_ALLOW_LOOPBACK=1 on a single-host test cluster"
+)
+
+
+_FIELDS = {  # name -> default (None: required)
+    "scope": None,  # "task", "node", "job" or "worker"
+    "job_id": None,
+    "step_id": None,
+    "master_host": None,
+    "master_addr": None,
+    "master_port": None,
+    "rdzv_id": None,
+    "nnodes": None,
+    "node_rank": None,
+    "rank": None,
+    "local_rank": None,
+    "world_size": None,
+    "local_world_size": None,
+    "nproc_per_node": None,
+    "addr_policy": "plain",
+    "port_range": DEFAULT_PORT_RANGE,
+    "notes": (),
+}
+_REQUIRED = ("scope", "job_id", "master_host", "master_addr", "master_port", "rdzv_id", "nnodes")
+
+
+class RankEnv:
+    """What this task should see; frozen. ``variables()`` gives the names and export order.
+
+    A hand-written frozen record rather than a dataclass: ``import dataclasses`` pulls in
+    ``inspect`` and costs 10+ ms, most of this command's budget on every rank.
+    """
+
+    __slots__ = tuple(_FIELDS)
+
+    scope: str
+    job_id: str
+    step_id: str | None
+    master_host: str
+    master_addr: str
+    master_port: int
+    rdzv_id: str
+    nnodes: int
+    node_rank: int | None
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    local_world_size: int | None
+    nproc_per_node: int | None
+    addr_policy: str
+    port_range: tuple[int, int]
+    notes: tuple[str, ...]
+
+    def __init__(self, **values: object) -> None:
+        unknown = set(values) - set(_FIELDS)
+        if unknown:
+            raise TypeError(f"RankEnv has no field(s) {sorted(unknown)}")
+        missing = [name for name in _REQUIRED if values.get(name) is None]
+        if missing:
+            raise TypeError(f"RankEnv needs {missing}")
+        for name, default in _FIELDS.items():
+            object.__setattr__(self, name, values.get(name, default))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"RankEnv is frozen; cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"RankEnv is frozen; cannot delete {name}")
+
+    def _astuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in _FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RankEnv) and self._astuple() == other._astuple()
+
+    def __hash__(self) -> int:
+        return hash(self._astuple())
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
+        return f"RankEnv({body})"
+
+    def variables(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.scope in ("task", "worker"):
+            out.update(
+                RANK=str(self.rank),
+                LOCAL_RANK=str(self.local_rank),
+                WORLD_SIZE=str(self.world_size),
+                LOCAL_WORLD_SIZE=str(self.local_world_size),
+            )
+        if self.node_rank is not None:
+            out["NODE_RANK"] = str(self.node_rank)
+        out.update(
+            NNODES=str(self.nnodes),
+            MASTER_ADDR=self.master_addr,
+            MASTER_PORT=str(self.master_port),
+            RDZV_ID=self.rdzv_id,
+        )
+        if self.scope == "node":
+            out["NPROC_PER_NODE"] = str(self.nproc_per_node)
+            out.update(
+                PET_NNODES=out["NNODES"],
+                PET_NODE_RANK=out["NODE_RANK"],
+                PET_NPROC_PER_NODE=out["NPROC_PER_NODE"],
+                PET_RDZV_BACKEND="c10d",
+                PET_RDZV_ENDPOINT=f"{self.master_addr}:{self.master_port}",
+                PET_RDZV_ID=self.rdzv_id,
+            )
+        return out
+
+
+# --- small readers ---------------------------------------------------------------------
+
+
+def _need(env: Mapping[str, str], *names: str) -> str:
+    for name in names:
+        value = env.get(name)
+        if value:
+            return value
+    listed = " or ".join(names)
+    raise RankEnvError(
+        f"{listed} is not set",
+        "run this inside a Slurm job (sbatch/salloc/srun); check that --export did not drop "
+        "SLURM_* variables",
+    )
+
+
+def _int(env: Mapping[str, str], *names: str) -> int:
+    value = _need(env, *names)
+    name = next(n for n in names if env.get(n))
+    try:
+        number = int(value)
+    except ValueError:
+        raise RankEnvError(f"{name}={value!r} is not an integer") from None
+    if number < 0:
+        raise RankEnvError(f"{name}={value!r} is negative")
+    return number
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    lo_text, sep, hi_text = text.partition("-")
+    try:
+        lo, hi = int(lo_text), int(hi_text if sep else lo_text)
+    except ValueError:
+        raise RankEnvError(
+            f"port range {text!r} is not LOW-HIGH", "for example --port-range 20000-29999"
+        ) from None
+    if not 1024 <= lo <= hi <= 65535:
+        raise RankEnvError(
+            f"port range {text!r} must lie within 1024-65535 with LOW <= HIGH",
+            "for example --port-range 20000-29999",
+        )
+    return lo, hi
+
+
+def port_for(key: str, port_range: tuple[int, int]) -> int:
+    """Stable across hosts and Python versions (unlike hash()): CRC-32 of the key."""
+    lo, hi = port_range
+    return lo + zlib.crc32(key.encode()) % (hi - lo + 1)
+
+
+def _marker(env: Mapping[str, str]) -> dict[str, str]:
+    pairs = (item.partition("=") for item in env.get(MARKER, "").split())
+    return {key: value for key, _, value in pairs if key}
+
+
+def is_loopback(addr: str) -> bool:
+    lowered = addr.lower()
+    return (
+        lowered in ("localhost", "::1", "0:0:0:0:0:0:0:1")
+        or lowered.startswith("localhost.")
+        or lowered.startswith("127.")
+        or lowered.startswith("::ffff:127.")
+    )
+
+
+# --- the resolver ----------------------------------------------------------------------
+
+
+def resolve(
+    env: Mapping[str, str],
+    *,
+    mode: str = "auto",
+    addr_policy: str | None = None,
+    port_range: tuple[int, int] | None = None,
+    node_addr: Callable[[str], str] | None = None,
+    iface_addr: Callable[[str], str] | None = None,
+) -> RankEnv:
+    """Compute the rank environment from ``env`` (normally ``os.environ``)."""
+    if mode not in MODES:
+        raise RankEnvError(f"unknown mode {mode!r}", f"choose one of: {', '.join(MODES)}")
+    previous = _marker(env)
+    same_job = env.get(MARKER_JOB) == env.get("SLURM_JOB_ID")
+    policy = (
+        addr_policy
+        or env.get("SLURMFABRIC_ADDR_POLICY")
+        or (previous.get("SLURMFABRIC_ADDR_POLICY") if same_job else None)
+        or "plain"
+    )
+    if port_range is None:
+        text = env.get("SLURMFABRIC_PORT_RANGE") or (
+            previous.get("SLURMFABRIC_PORT_RANGE") if same_job else None
+        )
+        port_range = parse_port_range(text) if text else DEFAULT_PORT_RANGE
+
+    if mode == "auto" and env.get("TORCHELASTIC_RUN_ID"):
+        return _worker(env, policy, port_range)
+    job_id = _need(env, "SLURM_JOB_ID", "SLURM_JOBID")
+    step_id = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    if step_id and step_id.isdigit() and int(step_id) >= _SPECIAL_STEP_MIN:
+        step_id = None  # the batch or interactive step behaves like the batch shell
+    if mode == "srun" and step_id is None:
+        raise RankEnvError(
+            "--mode srun needs an srun step, but SLURM_STEP_ID is not set (batch shell?)",
+            "in the batch script run: srun slurmfabric launch -- python train.py",
+        )
+    scope = "job" if step_id is None else ("node" if mode == "torchrun" else "task")
+
+    nodelist_var = next(
+        (
+            n
+            for n in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+            if env.get(n) and (scope != "job" or n != "SLURM_STEP_NODELIST")
+        ),
+        None,
+    )
+    if nodelist_var is None:
+        _need(env, "SLURM_STEP_NODELIST" if scope != "job" else "SLURM_JOB_NODELIST")
+    nodelist = env[nodelist_var]
+    try:
+        master_host = hostlist.first(nodelist)
+    except hostlist.HostlistError as error:
+        raise RankEnvError(f"{nodelist_var}: {error}") from None
+
+    notes: list[str] = []
+    cluster = env.get("SLURM_CLUSTER_NAME", "")
+    # The het group slot stays empty for steps: Slurm numbers steps once per het job
+    # (srun --het-group=0 makes step 1721.1 and no 1722.1), so the leader's job id and the
+    # step id already name one step, and a step spanning components must agree on it.
+    het = env.get("SLURM_HET_JOB_OFFSET", "") if step_id is None else ""
+    port = port_for(f"{cluster}/{job_id}/{het}/{step_id or 'job'}", port_range)
+    rdzv_id = _rdzv_id(env, cluster, job_id)
+
+    if (
+        same_job
+        and previous.get("MASTER_HOST") == master_host
+        and previous.get("MASTER_ADDR")
+        and previous.get("SLURMFABRIC_ADDR_POLICY", "plain") == policy
+    ):
+        master_addr = previous["MASTER_ADDR"]  # resolved once for this job, e.g. iface:
+    else:
+        master_addr = master_address(master_host, policy, env, node_addr, iface_addr)
+    if is_loopback(master_addr) and env.get("SLURMFABRIC_ALLOW_LOOPBACK") != "1":
+        raise RankEnvError(
+            f"MASTER_ADDR would be the loopback address {master_addr!r} "
+            f"(policy {policy}, first node {master_host})",
+            LOOPBACK_HINT,
+        )
+
+    common = dict(
+        job_id=job_id,
+        step_id=step_id,
+        master_host=master_host,
+        master_addr=master_addr,
+        master_port=port,
+        rdzv_id=rdzv_id,
+        addr_policy=policy,
+        port_range=port_range,
+    )
+    if scope == "job":
+        nnodes = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+        return RankEnv(scope="job", nnodes=nnodes, notes=tuple(notes), **common)
+
+    nnodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    node_rank = _int(env, "SLURM_NODEID")
+    world = _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+    per_node_var = (
+        "SLURM_STEP_TASKS_PER_NODE"
+        if env.get("SLURM_STEP_TASKS_PER_NODE")
+        else ("SLURM_TASKS_PER_NODE")
+    )
+    per_node = _need(env, per_node_var)
+    counts = _counts(per_node_var, per_node)
+    if len(counts) != nnodes:
+        raise RankEnvError(
+            f"{per_node_var}={per_node!r} describes {len(counts)} nodes but the step has {nnodes}",
+            "do not mix job-level and step-level variables (was --export used?)",
+        )
+    if node_rank >= nnodes:
+        raise RankEnvError(f"SLURM_NODEID={node_rank} but the step has {nnodes} nodes")
+    local_world = counts[node_rank]
+    if scope == "node":
+        if local_world != 1:
+            raise RankEnvError(
+                f"--mode torchrun needs one task per node, but this node runs {local_world} "
+                f"tasks ({per_node_var}={per_node}); each would start its own torchrun",
+                "use srun --ntasks-per-node=1 for torchrun, or --mode srun for one task per GPU",
+            )
+        return RankEnv(
+            scope="node",
+            nnodes=nnodes,
+            node_rank=node_rank,
+            nproc_per_node=_gpus_on_node(env),
+            notes=tuple(notes),
+            **common,
+        )
+    rank = _int(env, "SLURM_PROCID")
+    local_rank = _int(env, "SLURM_LOCALID")
+    if sum(counts) != world:
+        raise RankEnvError(
+            f"{per_node_var}={per_node!r} adds up to {sum(counts)} tasks but "
+            f"SLURM_STEP_NUM_TASKS/SLURM_NTASKS says {world}"
+        )
+    if rank >= world:
+        raise RankEnvError(f"SLURM_PROCID={rank} is not below the {world} tasks of the step")
+    if local_rank >= local_world:
+        raise RankEnvError(
+            f"SLURM_LOCALID={local_rank} but node {node_rank} runs only {local_world} tasks"
+        )
+    return RankEnv(
+        scope="task",
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        notes=tuple(notes),
+        **common,
+    )
+
+
+def _counts(name: str, spec: str) -> list[int]:
+    try:
+        return hostlist.expand_counts(spec)
+    except Exception as error:  # UsageError from the parser: say which variable
+        raise RankEnvError(f"{name}: {error}") from None
+
+
+def _rdzv_id(env: Mapping[str, str], cluster: str, job_id: str) -> str:
+    array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    tag = f"{array_job}_{array_task}" if array_job and array_task else job_id
+    return f"{cluster or 'slurm'}-{tag}"
+
+
+def _gpus_on_node(env: Mapping[str, str]) -> int:
+    """torchrun's --nproc-per-node: Slurm's GPU count, else CUDA_VISIBLE_DEVICES, else 1."""
+    gpus = env.get("SLURM_GPUS_ON_NODE", "")
+    if gpus.isdigit() and int(gpus) > 0:
+        return int(gpus)
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return len(visible) or 1
+
+
+def _worker(env: Mapping[str, str], policy: str, port_range: tuple[int, int]) -> RankEnv:
+    """Under torchrun: its RANK/LOCAL_RANK/... are authoritative; we only read them."""
+    return RankEnv(
+        scope="worker",
+        job_id=env.get("SLURM_JOB_ID", ""),
+        step_id=env.get("SLURM_STEP_ID"),
+        master_host=_need(env, "MASTER_ADDR"),
+        master_addr=_need(env, "MASTER_ADDR"),
+        master_port=_int(env, "MASTER_PORT"),
+        rdzv_id=env.get("TORCHELASTIC_RUN_ID", ""),
+        nnodes=_int(env, "GROUP_WORLD_SIZE") if env.get("GROUP_WORLD_SIZE") else 1,
+        node_rank=_int(env, "GROUP_RANK") if env.get("GROUP_RANK") else None,
+        rank=_int(env, "RANK"),
+        local_rank=_int(env, "LOCAL_RANK"),
+        world_size=_int(env, "WORLD_SIZE"),
+        local_world_size=_int(env, "LOCAL_WORLD_SIZE"),
+        addr_policy=policy,
+        port_range=port_range,
+        notes=("under torchrun: its rank variables are kept as they are",),
+    )
+
+
+# --- MASTER_ADDR policies --------------------------------------------------------------
+
+
+def master_address(
+    host: str,
+    policy: str,
+    env: Mapping[str, str],
+    node_addr: Callable[[str], str] | None = None,
+    iface_addr: Callable[[str], str] | None = None,
+) -> str:
+    """Apply an address policy to the first node's name.
+
+    ``plain``: the node name. ``suffix:-ib``: name + suffix (fabric hostnames).
+    ``nodeaddr``: NodeAddr from Slurm's node record (one scontrol call).
+    ``iface:NAME``: the IPv4 address of interface NAME — readable only on the master node
+    itself, so other nodes must inherit it (eval it once in the batch script).
+    """
+    kind, _, arg = policy.partition(":")
+    if kind == "plain" and not arg:
+        return host
+    if kind == "suffix" and arg:
+        return host + arg
+    if kind == "nodeaddr" and not arg:
+        lookup = node_addr or _slurm_node_addr
+        addr = lookup(host)
+        if not addr:
+            raise RankEnvError(f"Slurm's node record of {host} has no NodeAddr")
+        return addr
+    if kind == "iface" and arg:
+        here = env.get("SLURMD_NODENAME")
+        if here and here != host:
+            raise RankEnvError(
+                f"--addr-policy {policy} can only be read on the master node {host}, "
+                f"and this is {here}",
+                f'run eval "$(slurmfabric env --addr-policy {policy})" in the batch script '
+                "(it runs on the first node); steps then reuse that address",
+            )
+        return (iface_addr or interface_ipv4)(arg)
+    raise RankEnvError(
+        f"unknown address policy {policy!r}", "use plain, suffix:SUFFIX, nodeaddr or iface:NAME"
+    )
+
+
+def _slurm_node_addr(host: str) -> str:
+    from slurmfabric import slurmcmd
+
+    return slurmcmd.node(host).get("NodeAddr", "")
+
+
+def interface_ipv4(name: str) -> str:
+    """IPv4 address of a local interface via SIOCGIFADDR (no psutil, no subprocess)."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifaddr = 0x8915  # linux/sockios.h
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(
+                sock.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15])
+            )
+        except OSError as error:
+            raise RankEnvError(
+                f"interface {name!r} has no IPv4 address here ({error.strerror})",
+                "list interfaces with: ip -brief addr",
+            ) from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def port_is_free(port: int) -> bool:
+    """True if nothing listens on (any address, port) on this host."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+# --- exporting -------------------------------------------------------------------------
+
+
+def with_user_values(
+    rank_env: RankEnv, env: Mapping[str, str], override: bool = False
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(variables to export, variables kept because the user set them differently).
+
+    A value counts as the user's unless slurmfabric exported exactly that value before
+    (recorded in SLURMFABRIC_ENV_SET): values we set in the batch shell are recomputed
+    per step, values left over from another job are replaced, a user's own are kept.
+    The result carries the marker variables for the next level down.
+    """
+    previous = _marker(env)
+    final: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    for key, value in rank_env.variables().items():
+        current = env.get(key)
+        if current is None or current == value or override or previous.get(key) == current:
+            final[key] = value
+        elif rank_env.scope == "worker":
+            final[key] = current
+        else:
+            final[key] = current
+            kept[key] = current
+    ours = {k: v for k, v in final.items() if k not in kept}
+    ours["MASTER_HOST"] = rank_env.master_host
+    if rank_env.addr_policy != "plain":
+        ours["SLURMFABRIC_ADDR_POLICY"] = rank_env.addr_policy
+    if rank_env.port_range != DEFAULT_PORT_RANGE:
+        ours["SLURMFABRIC_PORT_RANGE"] = "{}-{}".format(*rank_env.port_range)
+    final[MARKER] = " ".join(f"{k}={v}" for k, v in ours.items() if " " not in v)
+    final[MARKER_JOB] = rank_env.job_id
+    return final, kept
