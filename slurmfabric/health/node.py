@@ -56,24 +56,32 @@ def _own_family() -> set[int]:
     return pids
 
 
-def collect_leftovers(job_id: str | None, ignore: list[str]) -> list[dict[str, object]]:
-    """Processes still running for the job: its id in their cgroup path (proctrack/cgroup)
-    or SLURM_JOB_ID in their environment (proctrack/linuxproc, setsid escapees)."""
+def collect_leftovers(job_id: str | None, ignore: list[str],
+                      node: str | None = None) -> list[dict[str, object]]:
+    """Processes still running for the job on this node: its id in their cgroup path
+    (proctrack/cgroup) or SLURM_JOB_ID in their environment (proctrack/linuxproc, setsid
+    escapees). Slurm's own hook processes (SLURM_SCRIPT_CONTEXT set: other prologs and
+    epilogs of the job) and tasks of another node (SLURMD_NODENAME differs: several
+    virtual nodes on one host) are not leftovers."""
     if not job_id:
         return []
     import psutil  # lazy: 40 ms, only the epilog needs it
 
     family, found = _own_family(), []
-    marker_env = ("SLURM_JOB_ID", job_id)
     for proc in psutil.process_iter(["pid", "name", "username"]):
         if proc.info["pid"] in family or proc.info["name"] in ignore:
             continue
         try:
             with open(f"/proc/{proc.pid}/cgroup", encoding="ascii", errors="replace") as f:
                 in_cgroup = f"/job_{job_id}/" in f.read() + "/"
-            ours = in_cgroup or proc.environ().get(marker_env[0]) == marker_env[1]
+            environ = proc.environ()
         except (psutil.Error, OSError):
             continue
+        if environ.get("SLURM_SCRIPT_CONTEXT"):
+            continue
+        if node and environ.get("SLURMD_NODENAME", node) != node:
+            continue
+        ours = in_cgroup or environ.get("SLURM_JOB_ID") == job_id
         if ours and proc.info["name"] not in ("slurmstepd",):
             found.append({"pid": proc.pid, "name": proc.info["name"],
                           "user": proc.info["username"]})

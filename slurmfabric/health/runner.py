@@ -91,8 +91,8 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str]) -> dict[str, Ca
         "rdma": lambda t: rdma.collect(root),
         "meminfo": lambda t: node.collect_meminfo(root),
         "disks": lambda t: node.collect_disks(list(expect.get("disks") or {})),
-        "leftovers": lambda t: node.collect_leftovers(ctx.job_id,
-                                                      list(expect.get("leftover_ignore") or [])),
+        "leftovers": lambda t: node.collect_leftovers(
+            ctx.job_id, list(expect.get("leftover_ignore") or []), ctx.node),
     }
     for entry in expect.get("commands") or []:
         argv = [str(a) for a in entry["argv"]]

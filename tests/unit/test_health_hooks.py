@@ -204,6 +204,21 @@ def test_leftover_job_processes_are_found() -> None:
         found = node_checks.collect_leftovers("987654", [])
         assert [p["pid"] for p in found] == [child.pid]
         assert node_checks.collect_leftovers("987655", []) == []
+        # A task of the same job on another virtual node, or another node's epilog, is not
+        # a leftover of this node.
+        assert node_checks.collect_leftovers("987654", [], node="sfn2") == [
+            {"pid": child.pid, "name": "sleep", "user": found[0]["user"]}]
+        other = subprocess.Popen(["sleep", "30"], env={
+            **os.environ, "SLURM_JOB_ID": "987654", "SLURMD_NODENAME": "sfn1"})
+        hook_proc = subprocess.Popen(["sleep", "30"], env={
+            **os.environ, "SLURM_JOB_ID": "987654", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
+        try:
+            pids = [p["pid"] for p in node_checks.collect_leftovers("987654", [], node="sfn2")]
+            assert pids == [child.pid]
+        finally:
+            for extra in (other, hook_proc):
+                extra.kill()
+                extra.wait()
     finally:
         child.kill()
         child.wait()

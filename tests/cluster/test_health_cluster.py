@@ -1,0 +1,127 @@
+"""The health hooks on the real local Slurm cluster (4 virtual nodes, one host).
+
+Hooks are installed through slurm.conf (Prolog=/Epilog= in the included fragment). One
+virtual node is pointed at a failing fixture (a recorded nvidia-smi with an uncorrected ECC
+error) by the site config; a 2-node job must drain exactly that node with our reason, be
+requeued and complete on healthy nodes; a node an admin drained keeps its reason and is not
+resumed; ``health resume`` returns the fixed node to service.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
+from helpers import nvsmi, write_config  # noqa: E402
+
+from slurmfabric.testbed import Cluster  # noqa: E402
+
+pytestmark = pytest.mark.cluster
+ADMIN_REASON = "admin: cable swap, ticket 99"
+
+
+def _slurmfabric() -> str:
+    exe = Path(sys.executable).parent / "slurmfabric"
+    assert exe.exists(), f"{exe} missing: install the package (pip install -e .)"
+    return str(exe)
+
+
+def _wait(predicate, timeout: float, what: str, step: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(step)
+
+
+def _idle(cluster: Cluster) -> bool:
+    out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout
+    return all(line.split()[1] == "idle" for line in out.splitlines() if line.strip())
+
+
+def _config(path: Path, state: Path, cluster: Cluster, faulty: str | None) -> Path:
+    nodes = [{"match": ",".join(cluster.nodes), "gpus": 8, "gpu_source": "nvidia-smi",
+              "nvidia_smi": nvsmi("h100-535-healthy"), "rdma_ports": 0}]
+    if faulty:
+        nodes.append({"match": faulty, "nvidia_smi": nvsmi("h100-535-ecc")})
+    scontrol = shutil.which("scontrol", path=cluster.env.get("PATH"))
+    return write_config(path, state, nodes, runner={
+        "slurm_bin_dir": str(Path(scontrol).parent), "breaker_min_nodes": 2,
+        "probe_timeout_s": 5.0, "budget_s": 15.0})
+
+
+def test_faulty_node_is_drained_job_requeued_and_resumed(cluster: Cluster, tmp_path,
+                                                         request) -> None:
+    faulty, admin = cluster.nodes[0], cluster.nodes[-1]
+    _wait(lambda: _idle(cluster), 180, "an idle cluster (other tests' jobs to finish)")
+    state = tmp_path / "state"
+    cfg = _config(tmp_path / "health.toml", state, cluster, faulty)
+    hooks = tmp_path / "hooks"
+    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
+                 _slurmfabric(), "--config", str(cfg)])
+
+    def restore() -> None:  # other tests share the cluster: leave every node idle
+        cluster.set_extra_conf("")
+        for name in cluster.nodes:
+            reason = cluster.node_state(name)[1]
+            if reason.startswith(("slurmfabric:", ADMIN_REASON)):
+                cluster.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"],
+                            check=False)
+
+    request.addfinalizer(restore)
+    cluster.run(["scontrol", "update", f"NodeName={admin}", "State=DRAIN",
+                 f"Reason={ADMIN_REASON}"])
+    cluster.set_extra_conf(f"Prolog={hooks}/slurmfabric-prolog\n"
+                           f"Epilog={hooks}/slurmfabric-epilog\n")
+
+    job = cluster.submit("#!/bin/sh\necho ran-on=$SLURM_JOB_NODELIST\n", "-N", "2", "-t", "5")
+    # The prolog on the faulty node fails: it drains itself with our reason, exits 1, and
+    # Slurm requeues the job (nohold_on_prolog_fail) with a ~2 min BeginTime.
+    state_reason = _wait(lambda: (lambda s: s if "DRAIN" in s[0] else None)(
+        cluster.node_state(faulty)), 90, f"{faulty} to drain")
+    assert state_reason[1].startswith(
+        "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors"), state_reason
+    _wait(lambda: cluster.job(job).get("JobState") in ("PENDING", "COMPLETED"), 90,
+          "the job to be requeued")
+    record = cluster.job(job)
+    if record.get("JobState") == "PENDING":
+        cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+    final = cluster.wait(job, timeout=180)
+    record = cluster.job(job)
+    assert final == "COMPLETED", record
+    assert int(record.get("Restarts", "0")) >= 1, record  # it was requeued once
+    ran_on = record.get("NodeList", "")
+    assert faulty not in ran_on.replace("[", ",").split(",") and "sfn[1" not in ran_on, ran_on
+
+    # The admin's node kept its own reason: nothing of ours touched it.
+    admin_state, admin_reason = cluster.node_state(admin)
+    assert "DRAIN" in admin_state and admin_reason.startswith(ADMIN_REASON)
+    report = state / "reports" / f"last-{faulty}.json"
+    assert report.exists(), sorted(p.name for p in (state / "reports").glob("*"))
+
+    # resume while the fault is still there: refused; admin's node left alone.
+    exe, nodes = _slurmfabric(), f"{cluster.nodes[0][:-1]}[1-{len(cluster.nodes)}]"
+    out = cluster.run([exe, "health", "resume", "--config", str(cfg), "--node", nodes],
+                      check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"{faulty}: checks still fail, left drained: gpu.ecc" in out.stdout
+    assert f"{admin}: not drained by slurmfabric, left alone (reason: {ADMIN_REASON}" \
+        in out.stdout
+    assert "DRAIN" in cluster.node_state(faulty)[0]
+
+    # Fix the node (the site config no longer points it at the failing fixture): resume.
+    _config(tmp_path / "health.toml", state, cluster, None)
+    out = cluster.run([exe, "health", "resume", "--config", str(cfg), "--node", nodes])
+    assert f"{faulty}: resumed (was: slurmfabric: gpu.ecc:" in out.stdout, out.stdout
+    faulty_state, faulty_reason = cluster.node_state(faulty)
+    assert "DRAIN" not in faulty_state and not faulty_reason, (faulty_state, faulty_reason)
+    admin_state, admin_reason = cluster.node_state(admin)
+    assert "DRAIN" in admin_state and admin_reason.startswith(ADMIN_REASON)
