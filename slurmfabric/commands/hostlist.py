@@ -1,0 +1,43 @@
+"""``slurmfabric hostlist expand|compress|count|index``: Slurm hostlists, exactly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from slurmfabric import hostlist
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric hostlist",
+        description="Expand, compress, count or index Slurm hostlists the way Slurm does "
+        "(order and duplicates kept). '-' reads the argument from stdin.",
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    expand = sub.add_parser("expand", help="one name per line (or --sep)")
+    expand.add_argument("expr", nargs="+")
+    expand.add_argument("--sep", default="\n", help="separator between names")
+    compress = sub.add_parser("compress", help="names or expressions -> one ranged string")
+    compress.add_argument("names", nargs="+")
+    count = sub.add_parser("count", help="number of names, without expanding")
+    count.add_argument("expr", nargs="+")
+    index = sub.add_parser("index", help="0-based position of NAME in EXPR")
+    index.add_argument("expr")
+    index.add_argument("name")
+    args = parser.parse_args(argv)
+
+    def exprs(values: list[str]) -> list[str]:
+        return [sys.stdin.read().replace("\n", ",") if v == "-" else v for v in values]
+
+    if args.action == "expand":
+        names = [n for e in exprs(args.expr) for n in hostlist.expand(e)]
+        if names:
+            print(args.sep.join(names))
+    elif args.action == "compress":
+        print(hostlist.compress(n for e in exprs(args.names) for n in hostlist.iter_hosts(e)))
+    elif args.action == "count":
+        print(sum(hostlist.count(e) for e in exprs(args.expr)))
+    else:
+        print(hostlist.index(args.expr, args.name))
+    return 0

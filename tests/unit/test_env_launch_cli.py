@@ -1,0 +1,116 @@
+"""``slurmfabric env`` / ``launch`` / ``hostlist`` as commands, in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from slurmfabric.commands.env import quote
+
+BATCH = {
+    "SLURM_JOB_ID": "77",
+    "SLURM_CLUSTER_NAME": "c",
+    "SLURM_JOB_NODELIST": "n[1-2]",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURMFABRIC_NO_PLAN": "1",
+}
+STEP = {
+    **BATCH,
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NODELIST": "n[1-2]",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "1",
+}
+
+
+def run(args: list[str], extra: dict[str, str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "MASTER_"))}
+    env.update(extra)
+    return subprocess.run(
+        [sys.executable, "-m", "slurmfabric", *args], env=env, capture_output=True, text=True
+    )
+
+
+def test_env_export_lines_eval_in_a_shell():
+    proc = run(["env"], BATCH)
+    assert proc.returncode == 0, proc.stderr
+    shell = subprocess.run(
+        ["sh", "-c", proc.stdout + '\necho "$MASTER_ADDR:$MASTER_PORT $NNODES $RDZV_ID"'],
+        capture_output=True,
+        text=True,
+    )
+    addr, nnodes, rdzv = shell.stdout.split()
+    assert addr.startswith("n1:") and nnodes == "2" and rdzv == "c-77"
+    assert "RANK=" not in proc.stdout.replace("NODE_RANK", "")  # job level only
+
+
+def test_env_json_inside_a_task():
+    proc = run(["env", "--format", "json"], STEP)
+    data = json.loads(proc.stdout)
+    assert (data["RANK"], data["NODE_RANK"], data["WORLD_SIZE"]) == ("1", "1", "2")
+
+
+def test_env_dotenv_and_errors():
+    proc = run(["env", "--format=dotenv"], STEP)
+    assert "RANK=1\n" in proc.stdout and "export" not in proc.stdout
+    proc = run(["env", "--format", "yaml"], STEP)
+    assert proc.returncode == 2 and "--format must be one of" in proc.stderr
+    proc = run(["env"], {"SLURMFABRIC_NO_PLAN": "1"})
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("slurmfabric: error: SLURM_JOB_ID or SLURM_JOBID is not set")
+    assert "Traceback" not in proc.stderr
+
+
+def test_launch_execs_the_command_with_the_env_and_its_exit_code():
+    code = "import os,sys; print(os.environ['RANK'], os.getppid()); sys.exit(7)"
+    proc = run(["launch", "--", sys.executable, "-c", code], STEP)
+    assert proc.returncode == 7  # the program's own exit code: no wrapper in between
+    assert proc.stdout.split()[0] == "1"
+
+
+def test_launch_print_and_missing_command():
+    proc = run(["launch", "--print", "--", "python", "a b.py"], STEP)
+    assert proc.returncode == 0 and "exec python 'a b.py'" in proc.stdout
+    assert run(["launch", "--", "no-such-program-xyz"], STEP).returncode == 127
+    assert run(["launch"], STEP).returncode == 2
+
+
+def test_hostlist_command():
+    assert run(["hostlist", "expand", "n[1-3]"], {}).stdout.split() == ["n1", "n2", "n3"]
+    assert run(["hostlist", "compress", "n1", "n2", "n4"], {}).stdout.strip() == "n[1-2,4]"
+    assert run(["hostlist", "count", "n[1-3],m[01-10]"], {}).stdout.strip() == "13"
+    assert run(["hostlist", "index", "n[1-3]", "n3"], {}).stdout.strip() == "2"
+    bad = run(["hostlist", "expand", "n[3-1]"], {})
+    assert bad.returncode == 2 and "position 2" in bad.stderr
+
+
+@pytest.mark.parametrize("value", ["", "plain", "a b", "it's", "$(x)", "n[1-2]", "a\nb", "é"])
+def test_quote_matches_shlex(value):
+    assert quote(value) == shlex.quote(value)
+
+
+def test_env_and_launch_import_no_heavy_modules():
+    """pydantic, jinja2, torch, psutil, argparse, dataclasses stay off the per-rank path."""
+    probe = (
+        "import sys, runpy\n"
+        "sys.argv = ['slurmfabric', 'env']\n"
+        "from slurmfabric import cli\n"
+        "cli.main(['env']); cli.main(['launch', '--print', '--', 'true'])\n"
+        "heavy = {'pydantic', 'pydantic_settings', 'jinja2', 'torch', 'psutil', 'argparse',\n"
+        "         'dataclasses', 'typing', 'shlex', 'socket'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], env={**os.environ, **STEP}, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
