@@ -26,7 +26,7 @@ We are stricter than Slurm on malformed input that it half-accepts (``n[1-]``,
 
 from __future__ import annotations
 
-from itertools import product
+from itertools import product, repeat
 
 from slurmfabric.errors import UsageError
 
@@ -155,7 +155,7 @@ def _group_values(group: tuple[Range, ...]) -> list[str]:
         if width <= len(str(lo)):  # no padding needed: map(str) runs in C
             values.extend(map(str, range(lo, hi + 1)))
         else:
-            values.extend(map(f"{{:0{width}d}}".format, range(lo, hi + 1)))
+            values.extend(_numbered("", lo, hi + 1, width))
     return values
 
 
@@ -177,22 +177,19 @@ def _slurm_order(ngroups: int) -> list[int]:
 
 def _expand_pattern(pattern: Pattern) -> list[str]:
     texts, groups = pattern
+    last = _group_values(groups[-1])
+    if texts[-1]:
+        last = [v + texts[-1] for v in last]
     if len(groups) == 1:
-        head, tail = texts
-        values = _group_values(groups[0])
-        if not tail:
-            return [head + v for v in values] if head else values
-        return [head + v + tail for v in values]
-    order = _slurm_order(len(groups))
-    where = {g: i for i, g in enumerate(order)}
-    slots = [where[g] for g in range(len(groups))]
-    names = []
-    for combo in product(*(_group_values(groups[g]) for g in order)):
-        parts = [texts[0]]
-        for g, slot in enumerate(slots):
-            parts.append(combo[slot])
-            parts.append(texts[g + 1])
-        names.append("".join(parts))
+        return list(map(texts[0].__add__, last)) if texts[0] else last
+    # Outer groups in Slurm's nesting order build a head; the last group varies fastest.
+    order = _slurm_order(len(groups))[:-1]
+    slots = {g: i for i, g in enumerate(order)}
+    outer = [_group_values(groups[g]) for g in order]
+    names: list[str] = []
+    for combo in product(*outer):
+        head = texts[0] + "".join(combo[slots[g]] + texts[g + 1] for g in range(len(groups) - 1))
+        names.extend(map(head.__add__, last))
     return names
 
 
@@ -330,11 +327,15 @@ def compress(names: Iterable[str]) -> str:
     adjacent ranges with the same prefix share one bracket. Order and duplicates are
     kept (``n[3,2,1]``, ``n[1,1]``), exactly like Slurm; sort first if you want n[1-3].
     """
+    names = names if isinstance(names, list) else list(names)
     # Each range: [prefix, lo, hi, width]; lo is None for a name without a number.
     ranges: list[list] = []
     prefix = None
     lo = hi = width = None
-    for name in names:
+    i, total = 0, len(names)
+    while i < total:
+        name = names[i]
+        i += 1
         stem = name.rstrip(_DIGITS)
         if len(stem) == len(name):
             if prefix is not None:
@@ -344,19 +345,49 @@ def compress(names: Iterable[str]) -> str:
         digits = name[len(stem) :]
         num = int(digits)
         if stem == prefix and lo is not None and num == hi + 1:
-            if len(digits) == width:
-                hi = num
-                continue
-            joined = _widths_join(lo, width, num, len(digits))
-            if joined is not None:
-                hi, width = num, joined
-                continue
+            if len(digits) != width:
+                joined = _widths_join(lo, width, num, len(digits))
+                if joined is None:
+                    ranges.append([prefix, lo, hi, width])
+                    prefix, lo, hi, width = stem, num, num, len(digits)
+                    continue
+                width = joined
+            hi = num
+            if hi - lo == 2:  # a run: compare whole blocks in C instead of name by name
+                hi, i = _gallop(names, i, stem, hi, width)
+            continue
         if prefix is not None:
             ranges.append([prefix, lo, hi, width])
         prefix, lo, hi, width = stem, num, num, len(digits)
     if prefix is not None:
         ranges.append([prefix, lo, hi, width])
     return _ranged_string(ranges)
+
+
+def _numbered(stem: str, lo: int, stop: int, width: int) -> list[str]:
+    """stem + zero-padded numbers, built by C-level maps (2x faster than str.format)."""
+    return list(map(stem.__add__, map(str.zfill, map(str, range(lo, stop)), repeat(width))))
+
+
+def _gallop(names: list[str], i: int, stem: str, hi: int, width: int) -> tuple[int, int]:
+    """Extend a run while the next names are exactly stem + the next numbers.
+
+    Within a run the width cannot change: a longer number is never zero padded under
+    either width, so Slurm keeps the run's width (see _widths_join).
+    """
+    block, grow, total = 8, True, len(names)
+    while block >= 4:  # grow while it matches, then halve down to the run's end
+        if i + block <= total and names[i : i + block] == _numbered(
+            stem, hi + 1, hi + 1 + block, width
+        ):
+            hi += block
+            i += block
+            if grow:
+                block *= 2
+        else:
+            grow = False
+            block //= 2
+    return hi, i
 
 
 def _ranged_string(ranges: list[list]) -> str:
@@ -413,8 +444,8 @@ def _count_items(spec: str) -> Iterator[tuple[int, int]]:
 def expand_counts(spec: str) -> list[int]:
     """``2(x3),1`` -> [2, 2, 2, 1] (SLURM_TASKS_PER_NODE, SLURM_JOB_CPUS_PER_NODE)."""
     out: list[int] = []
-    for value, repeat in _count_items(spec):
-        out.extend([value] * repeat)
+    for value, times in _count_items(spec):
+        out.extend([value] * times)
     return out
 
 
@@ -423,8 +454,8 @@ def count_at(spec: str, node_index: int) -> int:
     if node_index < 0:
         raise UsageError(f"node index {node_index} is negative")
     seen = 0
-    for value, repeat in _count_items(spec):
-        seen += repeat
+    for value, times in _count_items(spec):
+        seen += times
         if node_index < seen:
             return value
     raise UsageError(
