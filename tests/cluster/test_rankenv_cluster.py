@@ -1,0 +1,82 @@
+"""On the real testbed: every task of a job prints ``slurmfabric env --format json``.
+
+The testbed's nodes are virtual nodes of one host (same ``hostname``), so a task's node is
+SLURMD_NODENAME. Each node name resolves (/etc/hosts) to its own loopback address, which
+is why SLURMFABRIC_ALLOW_LOOPBACK is not needed: the plain policy keeps the node *name*.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmfabric import hostlist
+from slurmfabric.testbed import Cluster
+
+pytestmark = pytest.mark.cluster
+
+SLURMFABRIC = Path(sys.executable).parent / "slurmfabric"
+SCRIPT = f"""#!/bin/bash
+#SBATCH --nodes=2 --ntasks=3 --distribution=block --time=2
+srun --label bash -c 'echo "SF $SLURMD_NODENAME $({SLURMFABRIC} env --format json | tr -d "\\n")"'
+"""
+
+
+def task_records(output: str) -> list[tuple[str, dict[str, str]]]:
+    records = []
+    for line in output.splitlines():
+        _, _, rest = line.partition(": ")
+        if rest.startswith("SF "):
+            _, node, payload = rest.split(" ", 2)
+            records.append((node, json.loads(payload)))
+    return records
+
+
+def test_every_task_gets_a_consistent_rank_env(cluster: Cluster):
+    result = cluster.sbatch_wait(SCRIPT, "--partition", cluster.partition)
+    assert result.state == "COMPLETED", result.output
+    records = task_records(result.output)
+    assert len(records) == 3, result.output
+    ranks = sorted(int(env["RANK"]) for _, env in records)
+    assert ranks == [0, 1, 2]
+    nodes_in_order = sorted({(int(env["NODE_RANK"]), node) for node, env in records})
+    step_nodes = [node for _, node in nodes_in_order]
+    assert len(step_nodes) == 2
+    for node, env in records:
+        assert step_nodes[int(env["NODE_RANK"])] == node  # NODE_RANK agrees with the node
+        on_node = [e for n, e in records if n == node]
+        assert int(env["LOCAL_WORLD_SIZE"]) == len(on_node)
+        assert sorted(int(e["LOCAL_RANK"]) for e in on_node) == list(range(len(on_node)))
+        assert env["WORLD_SIZE"] == "3" and env["NNODES"] == "2"
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for _, e in records}) == 1
+    master = records[0][1]["MASTER_ADDR"]
+    assert master == step_nodes[0]
+    assert socket.gethostbyname(master) == socket.gethostbyname(step_nodes[0])
+    assert hostlist.first(",".join(step_nodes)) == master
+
+
+def test_two_jobs_on_the_same_nodes_get_different_ports(cluster: Cluster):
+    script = f"""#!/bin/bash
+#SBATCH --nodes=2 --ntasks=2 --time=2 --oversubscribe
+eval "$({SLURMFABRIC} env)"
+echo "JOB $SLURM_JOB_NODELIST $MASTER_ADDR $MASTER_PORT"
+sleep 5
+"""
+    nodes = ",".join(cluster.nodes[:2])
+    ids = [
+        cluster.submit(script, "--partition", cluster.partition, "--nodelist", nodes)
+        for _ in range(2)
+    ]
+    outputs = []
+    for job_id in ids:
+        assert cluster.wait(job_id, timeout=180) == "COMPLETED"
+        record = cluster.job(job_id)
+        text = Path(record["StdOut"]).read_text()
+        outputs.append(next(line.split() for line in text.splitlines() if line.startswith("JOB")))
+    (_, list_a, addr_a, port_a), (_, list_b, addr_b, port_b) = outputs
+    assert list_a == list_b and addr_a == addr_b == cluster.nodes[0]
+    assert port_a != port_b
