@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from datetime import timedelta
 
 import torch
@@ -22,13 +23,16 @@ def main() -> None:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     value = torch.tensor([float(rank + 1)])
     dist.all_reduce(value, op=dist.ReduceOp.SUM)
-    print(json.dumps({
+    record = json.dumps({
         "rank": rank,
         "local_rank": int(os.environ.get("LOCAL_RANK", "-1")),
         "world_size": world_size,
         "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
         "sum": int(value.item()),
-    }), flush=True)
+    })
+    # One write per line: ranks share the step's output pipe.
+    sys.stdout.write(record + "\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

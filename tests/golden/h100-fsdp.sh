@@ -49,5 +49,5 @@ srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per
   bash -c 'exec "$1" --rdzv-conf="is_host=$((SLURM_NODEID == 0))" "${@:2}"' torchrun-agent \
   torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=8 \
   --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
-  --rdzv-id="${SLURMFABRIC_RDZV_ID:-$SLURM_JOB_ID}" --no-python \
+  --rdzv-id="$RDZV_ID" --no-python \
   slurmfabric launch --mode torchrun -- python -m train --config configs/llama-8b-fsdp.yaml --checkpoint-dir /lustre/ckpt/llama-8b

@@ -105,11 +105,12 @@ def test_torchrun_store_host_is_decided_on_each_node(node_id: str, tmp_path: Pat
         (tmp_path / name).chmod(0o755)
     launch = render_launch(config_for("torchrun", f"launcher.torchrun={tmp_path / 'torchrun'}"))
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_NNODES": "2", "SLURM_JOB_ID": "9",
-           "MASTER_ADDR": "n1-ib", "MASTER_PORT": "29501", "SLURM_NODEID": node_id}
+           "MASTER_ADDR": "n1-ib", "MASTER_PORT": "29501", "RDZV_ID": "sf-9",
+           "SLURM_NODEID": node_id}
     argv = subprocess.run(["bash", "-c", launch], env=env, capture_output=True, text=True,
                           check=True).stdout.splitlines()
     assert argv[0] == f"--rdzv-conf=is_host={1 if node_id == '0' else 0}"
-    assert "--rdzv-endpoint=n1-ib:29501" in argv and "--rdzv-id=9" in argv
+    assert "--rdzv-endpoint=n1-ib:29501" in argv and "--rdzv-id=sf-9" in argv
     assert argv[-9:] == [SF, "launch", "--mode", "torchrun", "--", "python", "train.py",
                          "--lr", "3e-4"]
 
