@@ -119,6 +119,21 @@ def workers_per_node(config: JobConfig) -> int:
     return tasks_per_node(config)
 
 
+# What an explicit fabric.type means for NCCL on every node (NCCL env docs, FACTS section 5):
+# ib/roce: the IB verbs transport or fail (no silent fallback to sockets); tcp: sockets only.
+# efa and auto leave NCCL alone (aws-ofi-nccl / the per-node plan decide).
+FABRIC_NCCL = {
+    "ib": {"NCCL_NET": "IB"},
+    "roce": {"NCCL_NET": "IB"},
+    "tcp": {"NCCL_IB_DISABLE": "1"},
+}
+
+
+def nccl_exports(config: JobConfig) -> dict[str, str]:
+    """NCCL variables the script exports: fabric.type's meaning, then fabric.nccl on top."""
+    return {**FABRIC_NCCL.get(config.fabric.type, {}), **config.fabric.nccl}
+
+
 def sbatch_options(config: JobConfig) -> list[str]:
     """The modelled ``#SBATCH`` options, sorted (extra raw lines are added after them)."""
     job, launcher = config.job, config.launcher
@@ -162,6 +177,7 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "tasks_per_node": tasks_per_node(config),
         "workers_per_node": workers_per_node(config),
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
+        "nccl_exports": nccl_exports(config),
         "nccl_tests_binaries": binaries,
         "sbatch_options": sbatch_options(config),
         "version": __version__,

@@ -31,7 +31,8 @@ module load nccl/2.21
 set -u
 export OMP_NUM_THREADS=8
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
-# Explicit NCCL settings: slurmfabric never overrides a variable that is already set.
+# NCCL settings from fabric.type and fabric.nccl (explicit ones win); the per-node
+# values that 'slurmfabric env/launch' add never override a variable already set.
 export NCCL_DEBUG=WARN
 export NCCL_NET=IB
 # torchrun forwards only these signals to its workers (PyTorch >= 2.6).

@@ -19,6 +19,9 @@ set -euo pipefail
 # --- environment ---
 export OMP_NUM_THREADS=1
 export SLURMFABRIC_ALLOW_LOOPBACK=1
+# NCCL settings from fabric.type and fabric.nccl (explicit ones win); the per-node
+# values that 'slurmfabric env/launch' add never override a variable already set.
+export NCCL_IB_DISABLE=1
 export SLURMFABRIC_FABRIC_TYPE=tcp
 export SLURMFABRIC_PORT_RANGE=29500-30499
 # Job-level values (MASTER_ADDR, MASTER_PORT, rendezvous id) are computed here, at run

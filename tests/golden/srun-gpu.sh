@@ -17,6 +17,9 @@
 set -euo pipefail
 
 # --- environment ---
+# NCCL settings from fabric.type and fabric.nccl (explicit ones win); the per-node
+# values that 'slurmfabric env/launch' add never override a variable already set.
+export NCCL_NET=IB
 export SLURMFABRIC_FABRIC_TYPE=roce
 export SLURMFABRIC_PORT_RANGE=29500-30499
 # Job-level values (MASTER_ADDR, MASTER_PORT, rendezvous id) are computed here, at run

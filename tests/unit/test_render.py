@@ -168,6 +168,22 @@ def test_env_block_is_run_time_not_render_time() -> None:
         assert frozen not in script
 
 
+@pytest.mark.parametrize(("fabric", "expected"), [
+    ("ib", {"NCCL_NET": "IB"}), ("roce", {"NCCL_NET": "IB"}), ("tcp", {"NCCL_IB_DISABLE": "1"}),
+    ("efa", {}), ("auto", {}),
+])
+def test_fabric_type_exports(fabric: str, expected: dict) -> None:
+    block = render_env_block(config_for("srun", f"fabric.type={fabric}"))
+    exported = {line[7:].split("=")[0]: line.split("=", 1)[1] for line in block.splitlines()
+                if line.startswith("export NCCL_")}
+    assert exported == expected
+
+
+def test_explicit_nccl_overrides_win_over_fabric_type() -> None:
+    block = render_env_block(config_for("srun", "fabric.type=ib", "fabric.nccl.NCCL_NET=Socket"))
+    assert "export NCCL_NET=Socket\n" in block and "NCCL_NET=IB" not in block
+
+
 def test_user_exports_come_before_the_job_env_and_the_launch() -> None:
     script = render_sbatch(config_for("srun", "program.env.MASTER_PORT=31000"))
     assert script.index("export MASTER_PORT=31000") < script.index("env)\"") \
