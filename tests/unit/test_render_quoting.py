@@ -39,8 +39,8 @@ STUBS = {
     "mpirun": 'shift 4; exec "$@"',
     # slurmfabric env -> job-level exports; slurmfabric launch ... -- CMD -> exec CMD
     "slurmfabric": (
-        'if [ "$1" = env ]; then echo "export MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 RDZV_ID=sf-7"; '
-        'exit 0; fi\n'
+        'if [ "$1" = env ]; then\n'
+        '  echo "export MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 RDZV_ID=sf-7"; exit 0\nfi\n'
         'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
     ),
 }
