@@ -29,7 +29,7 @@ if [ ! -x "$SF_VENV/bin/python" ]; then
 fi
 echo "== pip install -e .[$sf_extras]"
 # torch: the CPU build (2.13.0) is what the end-to-end launch tests run on.
-"$SF_VENV/bin/pip" install -q --disable-pip-version-check "torch==2.13.0" \
+"$SF_VENV/bin/pip" install -q --disable-pip-version-check "torch==2.13.0" numpy \
   -e "${SF_ROOT}[${sf_extras}]" 2>&1 | grep -v "is ignored: it is neither" || true
 "$SF_VENV/bin/python" -c "import slurmfabric, torch" \
   || { echo "installation failed" >&2; exit 1; }

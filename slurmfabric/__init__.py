@@ -12,6 +12,8 @@ __version__ = "0.1.0"
 # name -> "module:attribute", imported on first access (PEP 562).
 _LAZY = {
     "render_sbatch": "slurmfabric.render:render_sbatch",
+    "render_env_block": "slurmfabric.render:render_env_block",
+    "render_launch": "slurmfabric.render:render_launch",
     "load_config": "slurmfabric.config:load_config",
     "JobConfig": "slurmfabric.config:JobConfig",
 }

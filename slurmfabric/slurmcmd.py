@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,6 +206,35 @@ def slurm_version(env: dict[str, str] | None = None) -> tuple[int, int, int]:
     if not match:
         raise SlurmCommandError(f"cannot read a version from {out.strip()!r}")
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+# Job states after which nothing more happens (squeue(1) "JOB STATE CODES").
+FINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT",
+})
+
+
+def wait_job(
+    job_id: str, timeout: float = 600, poll: float = 0.5, env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Poll ``scontrol show job`` until the job ends; return its final record.
+
+    Needs the job to stay in slurmctld's memory until it is read (MinJobAge, 300 s by
+    default), which polling every ``poll`` seconds guarantees.
+    """
+    deadline = time.monotonic() + timeout
+    record: dict[str, str] = {}
+    while True:
+        record = job(job_id, env=env)
+        if record.get("JobState", "").split()[0] in FINAL_STATES:
+            return record
+        if time.monotonic() > deadline:
+            raise SlurmCommandError(
+                f"job {job_id} still {record.get('JobState', 'UNKNOWN')} after {timeout:g} s",
+                hint=f"scontrol show job {job_id}",
+            )
+        time.sleep(poll)
 
 
 def read_output_file(path: str | os.PathLike[str]) -> str:

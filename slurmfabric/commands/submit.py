@@ -24,6 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "when it imports and matches the running Slurm")
     parser.add_argument("--workdir", metavar="DIR",
                         help="directory to submit from (job output lands there by default)")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait for the job to end, print its output file, and exit 0 only "
+                        "if it COMPLETED")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds --wait waits before giving up (default 600)")
     parser.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[],
                         metavar="ARG", help="extra sbatch command-line argument (repeatable)")
     return parser
@@ -45,5 +50,20 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         sys.stdout.write(request.describe())
         return 0
-    print(submit.submit(request))
-    return 0
+    job_id = submit.submit(request)
+    print(job_id, flush=True)
+    if not args.wait or args.test_only:
+        return 0
+    return _wait_and_show(job_id, args.timeout)
+
+
+def _wait_and_show(job_id: str, timeout: float) -> int:
+    """Wait for the job, print its output file, and turn its state into an exit code."""
+    from slurmfabric import slurmcmd
+
+    record = slurmcmd.wait_job(job_id, timeout)
+    state = record.get("JobState", "UNKNOWN")
+    out_path = record.get("StdOut", "")
+    print(f"job {job_id} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
+    sys.stdout.write(slurmcmd.read_output_file(out_path))
+    return 0 if state == "COMPLETED" else 1

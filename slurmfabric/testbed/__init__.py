@@ -61,6 +61,8 @@ class Testbed:
         """A process environment that talks to this cluster and finds slurmfabric."""
         env = dict(os.environ if base is None else base)
         env["SLURM_CONF"] = str(self.s.conf_path)
+        # Virtual nodes resolve to 127.x addresses; on a real cluster that is an error.
+        env["SLURMFABRIC_ALLOW_LOOPBACK"] = "1"
         bindir = str(Path(sys.executable).parent)
         paths = [bindir, "/usr/sbin", "/sbin"]
         env["PATH"] = os.pathsep.join([*paths, env.get("PATH", "/usr/bin:/bin")])
@@ -70,6 +72,7 @@ class Testbed:
         bindir = Path(sys.executable).parent
         return (
             f"export SLURM_CONF={self.s.conf_path}\n"
+            "export SLURMFABRIC_ALLOW_LOOPBACK=1  # testbed nodes live on 127.x addresses\n"
             f'export PATH={bindir}:"$PATH"\n'
         )
 

@@ -13,12 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmfabric import slurmcmd
-from slurmfabric.testbed import Testbed, TestbedError, write_extra_conf
-
-FINAL_STATES = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-}
+from slurmfabric.testbed import Testbed, write_extra_conf
 
 
 @dataclass(frozen=True)
@@ -66,15 +61,7 @@ class Cluster:
 
     def wait(self, job_id: str, timeout: float = 180) -> str:
         """Poll until the job reaches a final state; return that state."""
-        deadline = time.monotonic() + timeout
-        state = "UNKNOWN"
-        while time.monotonic() < deadline:
-            state = self.job(job_id).get("JobState", "UNKNOWN")
-            if state in FINAL_STATES:
-                return state
-            time.sleep(0.3)
-        raise TestbedError(f"job {job_id} still {state} after {timeout:.0f} s: "
-                           f"{self.job(job_id)}")
+        return slurmcmd.wait_job(job_id, timeout, poll=0.3, env=self.env)["JobState"]
 
     def sbatch_wait(self, script: str, *sbatch_args: str, timeout: float = 180,
                     workdir: Path | None = None) -> JobResult:

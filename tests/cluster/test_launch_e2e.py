@@ -67,9 +67,6 @@ def check_ranks(records: list[dict], cluster: Cluster, output: str,
 def allreduce_sets(launcher: str) -> list[str]:
     return [
         f"launcher.type={launcher}",
-        # The testbed's node names resolve to 127.0.0.x; slurmfabric env refuses a loopback
-        # MASTER_ADDR unless told this is a single-host test cluster.
-        "program.env.SLURMFABRIC_ALLOW_LOOPBACK=1",
         f"program.command=[{json.dumps(sys.executable)}, "
         f"{json.dumps(str(REPO / 'examples' / 'allreduce.py'))}]",
     ]
@@ -120,7 +117,6 @@ def test_mpirun_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None
     # FACTS section 1: shared memory segfaults across virtual nodes of one host, and
     # OpenMPI refuses to run as root (jobs run as root here) without these two variables.
     config = sets_args("launcher.type=mpirun", f"program.command=[{json.dumps(str(binary))}]",
-                       "program.env.SLURMFABRIC_ALLOW_LOOPBACK=1",
                        "job.nodes=2", "job.ntasks_per_node=2",
                        f"job.partition={cluster.partition}", "job.time=5",
                        "program.env.OMPI_MCA_btl=self,tcp",
