@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 slurmfabric testbed up
 eval "$(slurmfabric testbed env)"
-echo "== slurmfabric render -c examples/smoke-cpu.toml (first lines)"
-slurmfabric render -c examples/smoke-cpu.toml | head -n 20
+echo "== slurmfabric render -c examples/smoke-cpu.toml"
+slurmfabric render -c examples/smoke-cpu.toml
 echo "== slurmfabric submit -c examples/smoke-cpu.toml --wait"
 slurmfabric submit -c examples/smoke-cpu.toml --wait

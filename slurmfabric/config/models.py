@@ -127,7 +127,9 @@ class Rendezvous(Section):
     """torchrun rendezvous; MASTER_PORT is picked at run time inside ``port_range``."""
 
     backend: Literal["c10d"] = "c10d"
-    port_range: tuple[int, int] = (29500, 30499)
+    # Same default as `slurmfabric env` (rankenv.DEFAULT_PORT_RANGE): 10,000 ports below the
+    # ephemeral range, so two jobs sharing a node collide with odds of 1 in 10,000.
+    port_range: tuple[int, int] = (20000, 29999)
 
     @field_validator("port_range")
     @classmethod
