@@ -47,13 +47,14 @@ def write_report(cfg: SiteConfig, report: dict[str, Any]) -> Path:
     keeps the newest ``keep_reports`` files per node."""
     directory = cfg.report_dir
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(report["started"]))
-    name = f"{report['node']}-{report['hook']}-{report['job_id'] or 'nojob'}-{stamp}-{os.getpid()}"
-    path = directory / f"{name}.json"
+    node = state.safe_name(report["node"])
+    job = state.safe_name(report["job_id"] or "nojob")
+    path = directory / f"{node}-{report['hook']}-{job}-{stamp}-{os.getpid()}.json"
     state.write_json(path, report)
-    state.write_json(directory / f"last-{report['node']}.json", report)
+    state.write_json(directory / f"last-{node}.json", report)
     keep = int(cfg.runner.get("keep_reports") or 0)
     if keep > 0:
-        mine = sorted(directory.glob(f"{report['node']}-*.json"), key=lambda p: p.stat().st_mtime)
+        mine = sorted(directory.glob(f"{node}-*.json"), key=lambda p: p.stat().st_mtime)
         for old in mine[:-keep]:
             with contextlib.suppress(OSError):
                 old.unlink()

@@ -74,7 +74,16 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         return None
 
 
+def safe_name(text: str) -> str:
+    """A file-name component from environment values (node, job id): never a path.
+
+    The hooks run as root; whatever the environment says, it must not steer a write
+    outside the state directory (no ``/``, no leading ``.``).
+    """
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+    return safe.lstrip(".") or "_"
+
+
 def job_file(state_dir: str | os.PathLike[str], node: str, job_id: str) -> Path:
     """Per-job, per-node snapshot (RDMA counters at prolog time) for the epilog."""
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{node}-{job_id}")
-    return Path(state_dir) / "jobs" / f"{safe}.json"
+    return Path(state_dir) / "jobs" / f"{safe_name(f'{node}-{job_id}')}.json"

@@ -92,3 +92,12 @@ def test_reason_is_one_bounded_line() -> None:
     assert "\n" not in reason and len(reason) == drain.MAX_REASON and reason.endswith("...")
     stamped = {"Reason": "slurmfabric: gpu.ecc: GPU3 [root@2024-05-01T10:00:00]"}
     assert drain.current_reason(stamped) == "slurmfabric: gpu.ecc: GPU3"
+
+
+def test_state_file_names_cannot_escape_the_state_dir(tmp_path):
+    from slurmfabric.health import state
+
+    path = state.job_file(tmp_path, "../../etc", "1/../../passwd")
+    assert path.parent == tmp_path / "jobs"
+    assert "/" not in path.name and not path.name.startswith(".")
+    assert state.safe_name("..") == "_"
