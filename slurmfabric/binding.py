@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+
+TYPE_CHECKING = False  # no typing at run time: launch imports this on every rank
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # set_mempolicy(2) syscall numbers (asm/unistd.h) and policy values (linux/mempolicy.h).
 _SET_MEMPOLICY = {"x86_64": 238, "aarch64": 236, "ppc64le": 261}
@@ -22,11 +25,10 @@ def _stderr(message: str) -> None:
 
 def set_preferred_node(node: int) -> str | None:
     """set_mempolicy(MPOL_PREFERRED, {node}); returns an error text instead of raising."""
-    import platform
-
-    number = _SET_MEMPOLICY.get(platform.machine())
+    machine = os.uname().machine  # what platform.machine() returns, without its imports
+    number = _SET_MEMPOLICY.get(machine)
     if number is None:
-        return f"set_mempolicy: unknown syscall number on {platform.machine()}"
+        return f"set_mempolicy: unknown syscall number on {machine}"
     try:
         import ctypes
 

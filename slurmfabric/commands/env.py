@@ -123,7 +123,7 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
         return None
     local = rank_env.local_world_size or rank_env.nproc_per_node or 1
     return make_plan(
-        discover(),
+        discover(plan_only=True),
         local,
         visible_gpus=visible_gpus_from_env(environ),
         master_addr=rank_env.master_addr,

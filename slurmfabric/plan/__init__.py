@@ -8,15 +8,11 @@ every rank.
 
 from __future__ import annotations
 
-import ipaddress
-import socket
-from collections import Counter
-from dataclasses import dataclass, field
-
+from slurmfabric._record import Record
 from slurmfabric.plan.bind import RankBinding, plan_bindings
 from slurmfabric.plan.rails import RailChoice, choose_rails, gid_index
 from slurmfabric.topology.model import Topology, distance_rank
-from slurmfabric.topology.net import route_to
+from slurmfabric.topology.net import parse_ipv4, route_to
 
 __all__ = ["Plan", "RankBinding", "make_plan", "parse_nccl_version", "visible_gpus_from_env"]
 
@@ -25,16 +21,25 @@ __all__ = ["Plan", "RankBinding", "make_plan", "parse_nccl_version", "visible_gp
 AUTO_GID_SINCE = (2, 21)
 
 
-@dataclass
-class Plan:
+class Plan(Record):
+    """Mutable while ``make_plan`` fills it in; a Record, not a dataclass (start-up cost)."""
+
+    __slots__ = (
+        "fabric", "nccl_env", "reasons", "warnings", "notes", "bindings", "rails", "user_set"
+    )  # fmt: skip
+    _factories = {
+        "nccl_env": dict, "reasons": dict, "warnings": list, "notes": list, "bindings": list,
+        "rails": RailChoice, "user_set": dict,
+    }  # fmt: skip
+    _frozen = False
     fabric: str  # "ib", "roce", "efa", "gib", "tcpxo", "tcp"
-    nccl_env: dict[str, str] = field(default_factory=dict)
-    reasons: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # decisions to leave things to NCCL
-    bindings: list[RankBinding] = field(default_factory=list)
-    rails: RailChoice = field(default_factory=RailChoice)
-    user_set: dict[str, str] = field(default_factory=dict)  # NCCL_* the user set already
+    nccl_env: dict[str, str]
+    reasons: dict[str, str]
+    warnings: list[str]
+    notes: list[str]  # decisions to leave things to NCCL
+    bindings: list[RankBinding]
+    rails: RailChoice
+    user_set: dict[str, str]  # NCCL_* the user set already
 
     def binding(self, local_rank: int) -> RankBinding:
         return self.bindings[local_rank]
@@ -82,14 +87,26 @@ def visible_gpus_from_env(env: dict[str, str]) -> list[str] | None:
 
 
 def _resolve(addr: str) -> str | None:
-    try:
-        ipaddress.ip_address(addr)
+    if parse_ipv4(addr) is not None:
         return addr
-    except ValueError:
-        pass
+    if ":" in addr:
+        import ipaddress  # IPv6 literals only: ipaddress costs ~1.5 ms on every rank
+
+        try:
+            ipaddress.ip_address(addr)
+            return addr
+        except ValueError:
+            pass
+    # _socket, not socket: the wrapper module imports enum/selectors (~5 ms); the tuple
+    # getaddrinfo returns is the same, only its family/type fields are plain ints here.
+    # An ASCII name goes in as bytes: a str is IDNA-encoded first, which imports
+    # encodings.idna, unicodedata and re (~6 ms).
+    import _socket
+
+    host: str | bytes = addr.encode("ascii") if addr.isascii() else addr
     try:
-        return socket.getaddrinfo(addr, None)[0][4][0]
-    except (OSError, IndexError):
+        return _socket.getaddrinfo(host, None)[0][4][0]
+    except (OSError, IndexError, UnicodeError):
         return None
 
 
@@ -135,10 +152,12 @@ def make_plan(
         _rdma_env(plan, choice, version, family, want)
     else:
         total = len(topo.ports)
-        counts = Counter(choice.excluded.values())
+        counts: dict[str, int] = {}
+        for reason in choice.excluded.values():
+            counts[reason] = counts.get(reason, 0) + 1
         why = (
             f"all {total} RDMA ports are unusable ("
-            + "; ".join(f"{n} x {reason}" for reason, n in counts.most_common())
+            + "; ".join(f"{n} x {reason}" for reason, n in _most_common(counts))
             + ")"
             if total
             else "no RDMA devices in /sys/class/infiniband"
@@ -166,6 +185,11 @@ def make_plan(
     _apply_user(plan, want, user_env)
     _check_user_hca(plan, topo, user_env)
     return plan
+
+
+def _most_common(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """Counter.most_common without collections: by count, ties in first-seen order."""
+    return sorted(counts.items(), key=lambda item: item[1], reverse=True)
 
 
 def _rdma_env(

@@ -8,14 +8,15 @@ used instead, and an empty intersection falls back to all allowed CPUs, with a w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from slurmfabric._record import Record
 from slurmfabric._sysfs import format_cpulist
 from slurmfabric.topology.model import Gpu, RdmaPort, Topology, distance_rank
 
 
-@dataclass(frozen=True)
-class RankBinding:
+class RankBinding(Record):
+    __slots__ = (
+        "local_rank", "gpu", "visible_index", "nic", "nic_distance", "cpus", "mem_node", "reason"
+    )  # fmt: skip
     local_rank: int
     gpu: Gpu | None
     visible_index: int | None  # the CUDA device number this rank should use

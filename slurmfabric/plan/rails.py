@@ -8,22 +8,32 @@ uverbs node are left out, each with a reason.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
-
+from slurmfabric._record import Record
 from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort, Topology, distance_rank
 
+TYPE_CHECKING = False  # no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import TypeVar
 
-@dataclass
-class RailChoice:
-    rails: list[RdmaPort] = field(default_factory=list)
-    excluded: dict[str, str] = field(default_factory=dict)  # "mlx5_4:1" -> why
-    link_layer: str | None = None
-    rate_gbps: float | None = None
-    family: str = "AF_INET"  # RoCE address family of the chosen GIDs
-    gids: dict[str, Gid] = field(default_factory=dict)  # rail name -> chosen GID
-    nearest: dict[str, str] = field(default_factory=dict)  # port -> distance to nearest GPU
-    warnings: list[str] = field(default_factory=list)
+    T = TypeVar("T")
+
+
+class RailChoice(Record):
+    __slots__ = (
+        "rails", "excluded", "link_layer", "rate_gbps", "family", "gids", "nearest", "warnings"
+    )  # fmt: skip
+    _defaults = {"link_layer": None, "rate_gbps": None, "family": "AF_INET"}
+    _factories = {"rails": list, "excluded": dict, "gids": dict, "nearest": dict, "warnings": list}
+    _frozen = False
+    rails: list[RdmaPort]
+    excluded: dict[str, str]  # "mlx5_4:1" -> why
+    link_layer: str | None
+    rate_gbps: float | None
+    family: str  # RoCE address family of the chosen GIDs
+    gids: dict[str, Gid]  # rail name -> chosen GID
+    nearest: dict[str, str]  # port -> distance to nearest GPU
+    warnings: list[str]
 
 
 def _bonds(topo: Topology) -> set[str]:
@@ -125,7 +135,7 @@ def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
 
     if not kept:
         return choice
-    layers = Counter(p.link_layer for _, p in kept)
+    layers = _count(p.link_layer for _, p in kept)
     # Most ports wins; on a tie InfiniBand beats Ethernet (native fabric, no GID to get wrong).
     layer = max(layers, key=lambda name: (layers[name], name == "InfiniBand"))
     rate = max((p.rate_gbps or 0.0) for _, p in kept if p.link_layer == layer)
@@ -145,6 +155,14 @@ def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
     return choice
 
 
+def _count(items: Iterable[T]) -> dict[T, int]:
+    """collections.Counter's counting (first-seen order kept) without importing it."""
+    counts: dict[T, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
+
+
 def _gbps(rate: float | None) -> str:
     if rate is None:
         return "?"
@@ -155,7 +173,7 @@ def gid_index(choice: RailChoice) -> tuple[int | None, list[str]]:
     """The one NCCL_IB_GID_INDEX for the node (NCCL < 2.21 uses one index for every HCA)."""
     if not choice.gids:
         return None, []
-    counts = Counter(g.index for g in choice.gids.values())
+    counts = _count(g.index for g in choice.gids.values())
     index = max(counts, key=lambda i: (counts[i], -i))
     odd = [name for name, g in choice.gids.items() if g.index != index]
     return index, odd

@@ -2,12 +2,17 @@
 
 Everything here is plain data (tuples, str, int, float) so a Topology can be compared,
 serialised to JSON (``snapshot.py``) and rebuilt on a login node without the hardware.
+The classes are ``Record``s, not dataclasses: this module is imported on every rank of a
+GPU job, and ``dataclasses`` alone costs about 8 ms there (see ``slurmfabric._record``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from slurmfabric._record import Record
+
+TYPE_CHECKING = False  # no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # nvidia-smi topo -m names, nearest first. NCCL uses the same words for NCCL_NET_GDR_LEVEL
 # and NCCL_P2P_LEVEL (NCCL env docs); NODE is nvidia-smi's "same NUMA node, different host
@@ -20,18 +25,24 @@ def distance_rank(name: str | None) -> int:
     return DISTANCES.index(name) if name in DISTANCES else len(DISTANCES)
 
 
-@dataclass(frozen=True)
-class PciDevice:
+class PciDevice(Record):
     """One PCI function: its address, the bridge chain above it, and where it sits."""
 
+    __slots__ = (
+        "address", "path", "vendor", "device", "pci_class", "numa_node", "local_cpus", "physfn"
+    )
+    _defaults = {
+        "vendor": None, "device": None, "pci_class": None, "numa_node": None,
+        "local_cpus": (), "physfn": None,
+    }  # fmt: skip
     address: str  # "0000:18:00.0"
     path: tuple[str, ...]  # ("pci0000:17", "0000:17:01.0", ..., "0000:18:00.0")
-    vendor: str | None = None  # "0x15b3"
-    device: str | None = None
-    pci_class: str | None = None  # "0x020700"
-    numa_node: int | None = None  # None when the kernel says -1 (numa=off, unknown)
-    local_cpus: tuple[int, ...] = ()
-    physfn: str | None = None  # PF address when this is an SR-IOV virtual function
+    vendor: str | None  # "0x15b3"
+    device: str | None
+    pci_class: str | None  # "0x020700"
+    numa_node: int | None  # None when the kernel says -1 (numa=off, unknown)
+    local_cpus: tuple[int, ...]
+    physfn: str | None  # PF address when this is an SR-IOV virtual function
 
     @property
     def root(self) -> str:
@@ -42,8 +53,8 @@ class PciDevice:
         return self.physfn is not None
 
 
-@dataclass(frozen=True)
-class Gid:
+class Gid(Record):
+    __slots__ = ("index", "gid", "type", "ndev")
     index: int
     gid: str  # eight colon-separated groups of four hex digits
     type: str | None  # "RoCE v2", "IB/RoCE v1"; None if unreadable
@@ -69,8 +80,14 @@ class Gid:
         return ".".join(str(int(tail[i : i + 2], 16)) for i in range(0, 8, 2))
 
 
-@dataclass(frozen=True)
-class RdmaPort:
+class RdmaPort(Record):
+    __slots__ = (
+        "device", "port", "state", "phys_state", "rate_gbps", "rate", "link_layer", "gids",
+        "netdev", "counters",
+    )  # fmt: skip
+    _defaults = {"gids": (), "netdev": None}
+    _factories = {"counters": dict}
+    _unhashed = ("counters",)
     device: str  # "mlx5_0"
     port: int
     state: str  # "ACTIVE", "INIT", "DOWN", ... ("UNKNOWN" if unreadable)
@@ -78,9 +95,9 @@ class RdmaPort:
     rate_gbps: float | None
     rate: str | None  # raw, e.g. "400 Gb/sec (4X NDR)"
     link_layer: str  # "InfiniBand", "Ethernet", "Unknown" (EFA)
-    gids: tuple[Gid, ...] = ()
-    netdev: str | None = None
-    counters: Mapping[str, int | None] = field(default_factory=dict, hash=False)
+    gids: tuple[Gid, ...]
+    netdev: str | None
+    counters: Mapping[str, int | None]
 
     @property
     def name(self) -> str:
@@ -92,14 +109,15 @@ class RdmaPort:
         return self.state == "ACTIVE" and self.phys_state == "LinkUp"
 
 
-@dataclass(frozen=True)
-class RdmaDevice:
+class RdmaDevice(Record):
+    __slots__ = ("name", "pci", "ports", "has_uverbs", "node_type", "fw_ver")
+    _defaults = {"node_type": None, "fw_ver": None}
     name: str
     pci: PciDevice | None
     ports: tuple[RdmaPort, ...]
     has_uverbs: bool
-    node_type: str | None = None  # "1: CA"
-    fw_ver: str | None = None
+    node_type: str | None  # "1: CA"
+    fw_ver: str | None
 
     @property
     def vendor(self) -> str | None:
@@ -120,8 +138,12 @@ class RdmaDevice:
         return self.vendor == "0x1d0f"
 
 
-@dataclass(frozen=True)
-class NetDev:
+class NetDev(Record):
+    __slots__ = (
+        "name", "operstate", "carrier", "speed_mbps", "type", "address", "mtu", "pci_address",
+        "master", "bond_slaves", "ipv4", "ipv6",
+    )  # fmt: skip
+    _defaults = {"bond_slaves": (), "ipv4": (), "ipv6": ()}
     name: str
     operstate: str | None  # "up", "down", "unknown"
     carrier: int | None
@@ -131,22 +153,23 @@ class NetDev:
     mtu: int | None
     pci_address: str | None  # None for virtual devices (bond, lo, veth)
     master: str | None  # the bond (or bridge) this device is enslaved to
-    bond_slaves: tuple[str, ...] = ()  # non-empty when this device is a bond
-    ipv4: tuple[str, ...] = ()  # "10.0.0.5/24"
-    ipv6: tuple[str, ...] = ()
+    bond_slaves: tuple[str, ...]  # non-empty when this device is a bond
+    ipv4: tuple[str, ...]  # "10.0.0.5/24"
+    ipv6: tuple[str, ...]
 
     @property
     def is_bond(self) -> bool:
         return bool(self.bond_slaves)
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Record):
+    __slots__ = ("index", "pci", "uuid", "name", "minor")
+    _defaults = {"uuid": None, "name": None, "minor": None}
     index: int  # position in PCI bus order (nvidia-smi's default order)
     pci: PciDevice
-    uuid: str | None = None
-    name: str | None = None
-    minor: int | None = None  # /dev/nvidiaN: what Slurm's gres File= and SLURM_STEP_GPUS use
+    uuid: str | None
+    name: str | None
+    minor: int | None  # /dev/nvidiaN: what Slurm's gres File= and SLURM_STEP_GPUS use
 
     @property
     def bus_id(self) -> str:
@@ -157,45 +180,56 @@ class Gpu:
         return self.pci.numa_node
 
 
-@dataclass(frozen=True)
-class NumaNode:
+class NumaNode(Record):
+    __slots__ = ("id", "cpus")
     id: int
     cpus: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class GdrSupport:
+class GdrSupport(Record):
     """Whether GPUDirect RDMA can work: ``peermem``, ``dmabuf`` or ``none``, and why."""
 
+    __slots__ = ("mode", "evidence")
     mode: str
     evidence: str
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(Record):
     """One IPv4 route from /proc/net/route (main table)."""
 
+    __slots__ = ("iface", "destination", "mask", "gateway", "metric")
+    _defaults = {"metric": 0}
     iface: str
     destination: str
     mask: str
     gateway: str
-    metric: int = 0
+    metric: int
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(Record):
+    __slots__ = (
+        "root", "rdma", "netdevs", "gpus", "numa", "allowed_cpus", "cpu_siblings", "gdr",
+        "routes", "markers", "gpu_source", "notes",
+    )  # fmt: skip
+    _defaults = {
+        "rdma": (), "netdevs": (), "gpus": (), "numa": (), "allowed_cpus": (),
+        "gdr": GdrSupport("none", "not checked"), "routes": (), "gpu_source": "sysfs",
+        "notes": (),
+    }  # fmt: skip
+    _factories = {"cpu_siblings": dict, "markers": dict}
+    _unhashed = ("cpu_siblings", "markers")
     root: str
-    rdma: tuple[RdmaDevice, ...] = ()
-    netdevs: tuple[NetDev, ...] = ()
-    gpus: tuple[Gpu, ...] = ()
-    numa: tuple[NumaNode, ...] = ()
-    allowed_cpus: tuple[int, ...] = ()
-    cpu_siblings: Mapping[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
-    gdr: GdrSupport = GdrSupport("none", "not checked")
-    routes: tuple[Route, ...] = ()
-    markers: Mapping[str, str] = field(default_factory=dict, hash=False)  # name -> file
-    gpu_source: str = "sysfs"  # "nvml" or "sysfs"
-    notes: tuple[str, ...] = ()  # things discovery could not read, for --explain
+    rdma: tuple[RdmaDevice, ...]
+    netdevs: tuple[NetDev, ...]
+    gpus: tuple[Gpu, ...]
+    numa: tuple[NumaNode, ...]
+    allowed_cpus: tuple[int, ...]
+    cpu_siblings: Mapping[int, tuple[int, ...]]
+    gdr: GdrSupport
+    routes: tuple[Route, ...]
+    markers: Mapping[str, str]  # name -> file
+    gpu_source: str  # "nvml" or "sysfs"
+    notes: tuple[str, ...]  # things discovery could not read, for --explain
 
     # -- lookups -------------------------------------------------------------------------
     @property

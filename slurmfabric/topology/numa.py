@@ -4,7 +4,6 @@ marker files of cloud NCCL plugins."""
 from __future__ import annotations
 
 import os
-import re
 
 from slurmfabric import _sysfs
 from slurmfabric.topology._io import Reader
@@ -47,10 +46,9 @@ def _cpulist(text: str | None) -> tuple[int, ...]:
 def discover_numa(reader: Reader) -> tuple[NumaNode, ...]:
     nodes: list[NumaNode] = []
     for entry in reader.listdir(NODE_DIR):
-        match = re.fullmatch(r"node(\d+)", entry)
-        if match:
+        if entry.startswith("node") and entry[4:].isdecimal():
             nodes.append(
-                NumaNode(int(match.group(1)), _cpulist(reader.text(f"{NODE_DIR}/{entry}/cpulist")))
+                NumaNode(int(entry[4:]), _cpulist(reader.text(f"{NODE_DIR}/{entry}/cpulist")))
             )
     return tuple(sorted(nodes, key=lambda n: n.id))
 
@@ -61,7 +59,7 @@ def online_cpus(reader: Reader) -> tuple[int, ...]:
 
 def allowed_cpus(reader: Reader, fallback: tuple[int, ...]) -> tuple[int, ...]:
     """The job's CPUs: sched_getaffinity on the real node, Cpus_allowed_list in a fixture."""
-    if os.path.realpath(reader.base) == "/" and hasattr(os, "sched_getaffinity"):
+    if reader.real_base == "/" and hasattr(os, "sched_getaffinity"):
         return tuple(sorted(os.sched_getaffinity(0)))
     for line in (reader.text("/proc/self/status") or "").splitlines():
         if line.startswith("Cpus_allowed_list:"):
@@ -85,8 +83,12 @@ def cpu_siblings(reader: Reader, cpus: tuple[int, ...]) -> dict[int, tuple[int, 
 
 
 def _kernel_at_least(release: str | None, major: int, minor: int) -> bool:
-    match = re.match(r"(\d+)\.(\d+)", release or "")
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (major, minor)
+    """``5.15.0-91-generic`` >= (5, 12)? Leading ``MAJOR.MINOR`` digits only."""
+    head, dot, rest = (release or "").partition(".")
+    minor_text = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+    if not dot or not head.isdecimal() or not minor_text:
+        return False
+    return (int(head), int(minor_text)) >= (major, minor)
 
 
 def discover_gdr(reader: Reader) -> GdrSupport:

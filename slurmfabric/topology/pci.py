@@ -8,14 +8,34 @@ upstream/downstream ports of each PCIe switch, then the function itself.
 
 from __future__ import annotations
 
-import re
-
 from slurmfabric import _sysfs
 from slurmfabric.topology._io import Reader
 from slurmfabric.topology.model import PciDevice
 
-_BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-_HOST_BRIDGE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in _HEX for c in text)
+
+
+def _is_bdf(part: str) -> bool:
+    """``0000:18:00.0`` (domain:bus:device.function); plain string checks, no ``re``."""
+    return (
+        len(part) == 12
+        and part[4] == ":"
+        and part[7] == ":"
+        and part[10] == "."
+        and part[11] in "01234567"
+        and _is_hex(part[:4] + part[5:7] + part[8:10])
+    )
+
+
+def _is_host_bridge(part: str) -> bool:
+    """``pci0000:17``: the root complex directory under /sys/devices."""
+    return len(part) == 10 and part.startswith("pci") and part[7] == ":" and _is_hex(
+        part[3:7] + part[8:]
+    )
 
 
 def chain_from_path(real: str) -> tuple[str, ...]:
@@ -23,9 +43,9 @@ def chain_from_path(real: str) -> tuple[str, ...]:
     parts = [p for p in real.split("/") if p]
     chain: list[str] = []
     for part in parts:
-        if _HOST_BRIDGE.match(part):
+        if _is_host_bridge(part):
             chain = [part]
-        elif chain and _BDF.match(part):
+        elif chain and _is_bdf(part):
             chain.append(part.lower())
         elif chain:
             break  # "infiniband", "net", ... below the function

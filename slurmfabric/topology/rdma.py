@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from slurmfabric.topology import pci
 from slurmfabric.topology._io import Reader
 from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort
 
 CLASS = "/sys/class/infiniband"
-_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 # GID tables hold 128-256 slots and are read one file each; populated slots come first
 # (from 0 on a host, from 4 or 6 inside a pod: NVIDIA/nccl #1573), so stop after this many
@@ -26,8 +23,23 @@ def _after_colon(text: str | None) -> str:
 
 def parse_rate(text: str | None) -> float | None:
     """``400 Gb/sec (4X NDR)`` -> 400.0. RoCE ports print IB speed names too."""
-    match = _RATE.match(text or "")
-    return float(match.group(1)) if match else None
+    rest = (text or "").lstrip()
+    end = _digits(rest, 0)
+    if end == 0:
+        return None
+    if rest[end : end + 1] == "." and _digits(rest, end + 1) > end + 1:
+        end = _digits(rest, end + 1)
+    if not rest[end:].lstrip().startswith("Gb/sec"):
+        return None
+    return float(rest[:end])
+
+
+def _digits(text: str, start: int) -> int:
+    """Index just past the ASCII digits that begin at ``start``."""
+    end = start
+    while end < len(text) and text[end] in "0123456789":
+        end += 1
+    return end
 
 
 def read_gids(reader: Reader, port_dir: str) -> tuple[Gid, ...]:
@@ -89,9 +101,14 @@ def _has_uverbs(reader: Reader, dev_dir: str, name: str) -> bool:
     return False
 
 
-def read_port(reader: Reader, dev_dir: str, name: str, port: int) -> RdmaPort:
+def read_port(
+    reader: Reader, dev_dir: str, name: str, port: int, *, plan_only: bool = False
+) -> RdmaPort:
+    """One port. ``plan_only`` skips what the plan never reads (see ``discover_rdma``)."""
     port_dir = f"{dev_dir}/ports/{port}"
-    gids = read_gids(reader, port_dir)
+    link_layer = reader.text(f"{port_dir}/link_layer") or "Unknown"
+    skip_gids = plan_only and link_layer == "InfiniBand"
+    gids = () if skip_gids else read_gids(reader, port_dir)
     rate = reader.text(f"{port_dir}/rate")
     return RdmaPort(
         device=name,
@@ -100,19 +117,23 @@ def read_port(reader: Reader, dev_dir: str, name: str, port: int) -> RdmaPort:
         phys_state=_after_colon(reader.text(f"{port_dir}/phys_state")),
         rate_gbps=parse_rate(rate),
         rate=rate,
-        link_layer=reader.text(f"{port_dir}/link_layer") or "Unknown",
+        link_layer=link_layer,
         gids=gids,
         netdev=_port_netdev(reader, dev_dir, port, gids),
-        counters=read_counters(reader, port_dir),
+        counters={} if plan_only else read_counters(reader, port_dir),
     )
 
 
-def discover_rdma(reader: Reader) -> tuple[RdmaDevice, ...]:
+def discover_rdma(reader: Reader, *, plan_only: bool = False) -> tuple[RdmaDevice, ...]:
+    """Every RDMA device and port. ``plan_only`` (the per-rank path of ``env``/``launch``)
+    leaves out what the plan never reads: port counters, node type, firmware version and the
+    GID tables of InfiniBand ports (NCCL addresses IB by LID; their GIDs carry no netdev).
+    That is about a third of the files a node's discovery reads."""
     devices: list[RdmaDevice] = []
     for name in reader.listdir(CLASS):
         dev_dir = f"{CLASS}/{name}"
         ports = tuple(
-            read_port(reader, dev_dir, name, int(p))
+            read_port(reader, dev_dir, name, int(p), plan_only=plan_only)
             for p in sorted(reader.listdir(f"{dev_dir}/ports"), key=_num)
             if p.isdigit()
         )
@@ -122,8 +143,8 @@ def discover_rdma(reader: Reader) -> tuple[RdmaDevice, ...]:
                 pci=pci.read_device(reader, f"{dev_dir}/device"),
                 ports=ports,
                 has_uverbs=_has_uverbs(reader, dev_dir, name),
-                node_type=reader.text(f"{dev_dir}/node_type"),
-                fw_ver=reader.text(f"{dev_dir}/fw_ver"),
+                node_type=None if plan_only else reader.text(f"{dev_dir}/node_type"),
+                fw_ver=None if plan_only else reader.text(f"{dev_dir}/fw_ver"),
             )
         )
     devices.sort(key=lambda d: _natural(d.name))
@@ -135,5 +156,17 @@ def _num(text: str) -> int:
 
 
 def _natural(name: str) -> tuple[object, ...]:
-    """mlx5_2 before mlx5_10."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    """mlx5_2 before mlx5_10: alternating text and numbers, text first and last."""
+    parts: list[object] = []
+    text_start = index = 0
+    while index < len(name):
+        if name[index].isdecimal():
+            end = index
+            while end < len(name) and name[end].isdecimal():
+                end += 1
+            parts += [name[text_start:index], int(name[index:end])]
+            text_start = index = end
+        else:
+            index += 1
+    parts.append(name[text_start:])
+    return tuple(parts)

@@ -7,7 +7,6 @@ newer slurmfabric can re-parse an old capture).
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os
@@ -16,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from slurmfabric._record import as_plain, replace
 from slurmfabric.errors import TopologyError
 from slurmfabric.topology._io import Reader, as_root
 from slurmfabric.topology.model import (
@@ -35,7 +35,7 @@ FORMAT = 1
 
 
 def to_dict(topo: Topology) -> dict[str, Any]:
-    data = dataclasses.asdict(topo)
+    data: dict[str, Any] = as_plain(topo)  # type: ignore[assignment]
     data["cpu_siblings"] = {str(k): list(v) for k, v in topo.cpu_siblings.items()}
     return data
 
@@ -152,7 +152,7 @@ def load(path: str | os.PathLike[str]) -> Topology:
                 else:  # pragma: no cover - older Pythons
                     tar.extractall(tmp)  # noqa: S202
             topo = discover(tmp, nvml=False)
-            return dataclasses.replace(topo, root=f"{path} (tarball)")
+            return replace(topo, root=f"{path} (tarball)")  # type: ignore[return-value]
     try:
         data = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as error:

@@ -114,3 +114,43 @@ def test_env_and_launch_import_no_heavy_modules():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+# Modules that would cost milliseconds on every rank: heavy dependencies, and the stdlib
+# modules the topology/plan code avoids (dataclasses -> inspect, pathlib, typing, json, re,
+# ipaddress, socket, enum, platform).
+PER_RANK_HEAVY = (
+    "pydantic", "pydantic_settings", "jinja2", "torch", "psutil", "pynvml", "argparse",
+    "dataclasses", "inspect", "typing", "pathlib", "json", "re", "ipaddress", "socket",
+    "shlex", "enum", "platform", "encodings.idna",
+)  # fmt: skip
+
+
+def test_env_and_launch_with_the_plan_import_no_heavy_modules(tmp_path):
+    """On a GPU/RDMA node (the H100 fixture) env and launch discover and plan, and still
+    import none of the modules above: the per-rank start-up budget (benchmarks/bench_startup.py).
+    """
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [here, os.path.join(here, "fixtures", "topology")]
+    try:
+        import fakesysfs
+        import nodes
+    finally:
+        del sys.path[:2]
+    root = fakesysfs.build(nodes.h100_ib(), tmp_path / "h100")
+    step = {k: v for k, v in STEP.items() if k != "SLURMFABRIC_NO_PLAN"}
+    step.update(SLURM_STEP_TASKS_PER_NODE="8(x2)", SLURM_STEP_NUM_TASKS="16", SLURM_LOCALID="1")
+    probe = (
+        "import sys\n"
+        "from slurmfabric import cli\n"
+        "cli.main(['env']); cli.main(['launch', '--print', '--', 'true'])\n"
+        f"print(sorted(set({PER_RANK_HEAVY!r}) & set(sys.modules)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "MASTER_"))}
+    env.update(step, SLURMFABRIC_SYSFS_ROOT=str(root))
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    # the plan really ran: rails from the fixture and a CPU binding for local rank 1
+    assert "export NCCL_IB_HCA==mlx5_0:1," in proc.stdout
+    assert "# binding: cpus=" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -326,3 +326,22 @@ def test_set_preferred_node_reports_instead_of_raising() -> None:
     from slurmfabric.binding import set_preferred_node
 
     assert set_preferred_node(4095) is not None  # no such node: an error text, no exception
+
+
+@pytest.mark.parametrize("name", sorted(nodes.NODES))
+def test_plan_only_discovery_gives_the_same_plan(
+    name: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """env/launch discover with plan_only=True (fewer files on every rank): same plan."""
+    root = fakesysfs.build(nodes.NODES[name](), tmp_path_factory.mktemp(f"lean-{name}"))
+    full, lean = discover(root), discover(root, plan_only=True)
+    for master in ("10.1.0.2", None):
+        assert (
+            make_plan(lean, 8, master_addr=master).to_dict()
+            == make_plan(full, 8, master_addr=master).to_dict()
+        )
+    # and it did skip something: counters/firmware are never read in plan_only mode
+    assert all(p.counters == {} for p in lean.ports)
+    assert all(d.fw_ver is None for d in lean.rdma)
+    if any(d.fw_ver for d in full.rdma):
+        assert lean != full

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
 import fakesysfs  # noqa: E402
 import nodes  # noqa: E402
 
+from slurmfabric._record import replace  # noqa: E402
 from slurmfabric.commands import topo as topo_cmd  # noqa: E402
 from slurmfabric.topology import discover, snapshot  # noqa: E402
 from slurmfabric.topology.pci import chain_from_path, distance  # noqa: E402
@@ -168,7 +168,7 @@ def test_snapshots_round_trip(built: dict[str, Path], tmp_path: Path, name: str)
     snapshot.write_tarball(built[name], tar)
     snapshot.write_json(topo, js)
     for loaded in (snapshot.load(tar), snapshot.load(js)):
-        assert dataclasses.replace(loaded, root="") == dataclasses.replace(topo, root="")
+        assert replace(loaded, root="") == replace(topo, root="")
 
 
 def test_snapshot_rejects_foreign_files(tmp_path: Path) -> None:
@@ -283,6 +283,6 @@ def test_root_from_environment_and_json_output_replays(
     saved.write_text(capsys.readouterr().out)
     monkeypatch.delenv("SLURMFABRIC_SYSFS_ROOT")
     replay = snapshot.load(saved)
-    assert dataclasses.replace(replay, root="") == dataclasses.replace(
+    assert replace(replay, root="") == replace(
         discover(built["sriov"]), root=""
     )
