@@ -374,7 +374,33 @@ def _gallop(names: list[str], i: int, stem: str, hi: int, width: int) -> tuple[i
 
     Within a run the width cannot change: a longer number is never zero padded under
     either width, so Slurm keeps the run's width (see _widths_join).
+
+    First guess the run's end from single names (exponential then binary search on
+    ``names[i + k - 1]``: a few string compares per run), then check the whole block in
+    one C-level list compare. A wrong guess (a name that happens to fit the pattern past a
+    break) fails that check and falls back to growing block by block, so the result never
+    depends on the guess; it only makes runs of ~100 names (one rack) cheap.
     """
+    total = len(names)
+    good, k = 0, 8
+    while i + k <= total and names[i + k - 1] == stem + str(hi + k).zfill(width):
+        good, k = k, k * 2
+    bad = min(k, total - i + 1)  # the smallest k known (or assumed) not to fit
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if names[i + mid - 1] == stem + str(hi + mid).zfill(width):
+            good = mid
+        else:
+            bad = mid
+    if good and names[i : i + good] == _numbered(stem, hi + 1, hi + 1 + good, width):
+        return hi + good, i + good
+    return _gallop_blocks(names, i, stem, hi, width)
+
+
+def _gallop_blocks(
+    names: list[str], i: int, stem: str, hi: int, width: int
+) -> tuple[int, int]:
+    """Grow the run block by block (8, 16, ...), then halve down to its end."""
     block, grow, total = 8, True, len(names)
     while block >= 4:  # grow while it matches, then halve down to the run's end
         if i + block <= total and names[i : i + block] == _numbered(

@@ -122,3 +122,24 @@ def test_tasks_per_node_counts():
     for bad in ["2(x)", "2(x3", "x", "", "2(3)"]:
         with pytest.raises(UsageError, match="invalid count list"):
             hostlist.expand_counts(bad)
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        # n10 replaced: the run-end guess sees n11..n40 where a run would put them and must
+        # be caught by the whole-block check
+        ([f"n{i}" if i != 10 else "x" for i in range(1, 41)], "n[1-9],x,n[11-40]"),
+        # a repeat inside a long run, and a run that stops one short of the end
+        ([f"n{i}" for i in range(1, 30)] + ["n5"] + [f"n{i}" for i in range(30, 60)],
+         "n[1-29,5,30-59]"),
+        ([f"c{r}n{i:03d}" for r in range(3) for i in range(1, 101)] + ["c2n100"],
+         "c0n[001-100],c1n[001-100],c2n[001-100,100]"),
+        # runs of every length around the probe sizes (8, 16, 32, ...)
+        ([f"n{i}" for i in range(1, 18)] + [f"n{i}" for i in range(40, 73)],
+         "n[1-17,40-72]"),
+    ],
+)  # fmt: skip
+def test_compress_runs_with_near_misses(names, expected):
+    assert hostlist.compress(names) == expected
+    assert hostlist.expand(expected) == names
