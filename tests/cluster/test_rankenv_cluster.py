@@ -59,24 +59,54 @@ def test_every_task_gets_a_consistent_rank_env(cluster: Cluster):
     assert hostlist.first(",".join(step_nodes)) == master
 
 
-def test_two_jobs_on_the_same_nodes_get_different_ports(cluster: Cluster):
+def test_two_jobs_at_once_on_the_same_nodes_get_different_ports(cluster: Cluster, tmp_path):
+    """Two jobs that provably run at the same time on the same two nodes.
+
+    Each job takes one CPU per node (the nodes have 4; CR_Core lets jobs share a node),
+    stamps its start, then waits (up to 60 s) until the other job has started too: a file
+    barrier. If the scheduler ran them one after the other, the first would time out
+    without seeing the second and the overlap check below fails.
+    """
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     script = f"""#!/bin/bash
-#SBATCH --nodes=2 --ntasks=2 --time=2 --oversubscribe
+#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --time=3
+tag=$1 other=$2 dir={barrier}
 eval "$({SLURMFABRIC} env)"
+date +%s.%N > "$dir/$tag.start"
 echo "JOB $SLURM_JOB_NODELIST $MASTER_ADDR $MASTER_PORT"
-sleep 5
+for _ in $(seq 600); do [ -e "$dir/$other.start" ] && break; sleep 0.1; done
+if [ -e "$dir/$other.start" ]; then echo SAW_OTHER; else echo NO_OTHER; fi
+sleep 1
+date +%s.%N > "$dir/$tag.end"
 """
     nodes = ",".join(cluster.nodes[:2])
-    ids = [
-        cluster.submit(script, "--partition", cluster.partition, "--nodelist", nodes)
-        for _ in range(2)
-    ]
-    outputs = []
-    for job_id in ids:
+    jobs = {
+        tag: cluster.submit(
+            script.replace("$1", tag).replace("$2", other),
+            "--partition", cluster.partition, "--nodelist", nodes,
+        )
+        for tag, other in (("a", "b"), ("b", "a"))
+    }  # fmt: skip
+    outputs = {}
+    for tag, job_id in jobs.items():
         assert cluster.wait(job_id, timeout=180) == "COMPLETED"
-        record = cluster.job(job_id)
-        text = Path(record["StdOut"]).read_text()
-        outputs.append(next(line.split() for line in text.splitlines() if line.startswith("JOB")))
-    (_, list_a, addr_a, port_a), (_, list_b, addr_b, port_b) = outputs
-    assert list_a == list_b and addr_a == addr_b == cluster.nodes[0]
+        text = Path(cluster.job(job_id)["StdOut"]).read_text()
+        outputs[tag] = text
+    for tag, text in outputs.items():
+        assert "SAW_OTHER" in text, f"job {tag} never saw the other one start:\n{text}"
+
+    def stamp(name: str) -> float:
+        return float((barrier / name).read_text())
+
+    (start_a, end_a), (start_b, end_b) = (
+        (stamp(f"{t}.start"), stamp(f"{t}.end")) for t in ("a", "b")
+    )
+    assert start_a < end_b and start_b < end_a, "the two jobs did not overlap in time"
+    (_, list_a, addr_a, port_a), (_, list_b, addr_b, port_b) = (
+        next(line.split() for line in outputs[t].splitlines() if line.startswith("JOB"))
+        for t in ("a", "b")
+    )
+    assert list_a == list_b and hostlist.expand(list_a) == cluster.nodes[:2]
+    assert addr_a == addr_b == cluster.nodes[0]
     assert port_a != port_b
