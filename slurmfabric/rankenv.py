@@ -28,6 +28,12 @@ from __future__ import annotations
 import zlib
 
 from slurmfabric import hostlist
+from slurmfabric.addrpolicy import (  # noqa: F401 - re-exported: rankenv's public API
+    LOOPBACK_HINT,
+    interface_ipv4,
+    is_loopback,
+    master_address,
+)
 from slurmfabric.errors import RankEnvError
 
 TYPE_CHECKING = False  # no typing/dataclasses at run time: see RankEnv
@@ -42,12 +48,6 @@ MARKER = "SLURMFABRIC_ENV_SET"  # "KEY=VALUE ..." that slurmfabric itself export
 MARKER_JOB = "SLURMFABRIC_ENV_JOB"  # the job those values belong to
 MODES = ("auto", "srun", "torchrun")
 _SPECIAL_STEP_MIN = 0xFFFFFFF0  # batch/extern/interactive steps are numbered up here
-LOOPBACK_HINT = (
-    "use --addr-policy suffix:-ib, nodeaddr or iface:NAME to pick a routable address, "
-    "or set SLURMFABRIC_ALLOW_LOOPBACK=1 on a single-host test cluster"
-)
-
-
 _FIELDS = {  # name -> default (None: required)
     "scope": None,  # "task", "node", "job" or "worker"
     "job_id": None,
@@ -209,16 +209,6 @@ def port_for(key: str, port_range: tuple[int, int]) -> int:
 def _marker(env: Mapping[str, str]) -> dict[str, str]:
     pairs = (item.partition("=") for item in env.get(MARKER, "").split())
     return {key: value for key, _, value in pairs if key}
-
-
-def is_loopback(addr: str) -> bool:
-    lowered = addr.lower()
-    return (
-        lowered in ("localhost", "::1", "0:0:0:0:0:0:0:1")
-        or lowered.startswith("localhost.")
-        or lowered.startswith("127.")
-        or lowered.startswith("::ffff:127.")
-    )
 
 
 # --- the resolver ----------------------------------------------------------------------
@@ -419,75 +409,6 @@ def _worker(env: Mapping[str, str], policy: str, port_range: tuple[int, int]) ->
         port_range=port_range,
         notes=("under torchrun: its rank variables are kept as they are",),
     )
-
-
-# --- MASTER_ADDR policies --------------------------------------------------------------
-
-
-def master_address(
-    host: str,
-    policy: str,
-    env: Mapping[str, str],
-    node_addr: Callable[[str], str] | None = None,
-    iface_addr: Callable[[str], str] | None = None,
-) -> str:
-    """Apply an address policy to the first node's name.
-
-    ``plain``: the node name. ``suffix:-ib``: name + suffix (fabric hostnames).
-    ``nodeaddr``: NodeAddr from Slurm's node record (one scontrol call).
-    ``iface:NAME``: the IPv4 address of interface NAME — readable only on the master node
-    itself, so other nodes must inherit it (eval it once in the batch script).
-    """
-    kind, _, arg = policy.partition(":")
-    if kind == "plain" and not arg:
-        return host
-    if kind == "suffix" and arg:
-        return host + arg
-    if kind == "nodeaddr" and not arg:
-        lookup = node_addr or _slurm_node_addr
-        addr = lookup(host)
-        if not addr:
-            raise RankEnvError(f"Slurm's node record of {host} has no NodeAddr")
-        return addr
-    if kind == "iface" and arg:
-        here = env.get("SLURMD_NODENAME")
-        if here and here != host:
-            raise RankEnvError(
-                f"--addr-policy {policy} can only be read on the master node {host}, "
-                f"and this is {here}",
-                f'run eval "$(slurmfabric env --addr-policy {policy})" in the batch script '
-                "(it runs on the first node); steps then reuse that address",
-            )
-        return (iface_addr or interface_ipv4)(arg)
-    raise RankEnvError(
-        f"unknown address policy {policy!r}", "use plain, suffix:SUFFIX, nodeaddr or iface:NAME"
-    )
-
-
-def _slurm_node_addr(host: str) -> str:
-    from slurmfabric import slurmcmd
-
-    return slurmcmd.node(host).get("NodeAddr", "")
-
-
-def interface_ipv4(name: str) -> str:
-    """IPv4 address of a local interface via SIOCGIFADDR (no psutil, no subprocess)."""
-    import fcntl
-    import socket
-    import struct
-
-    siocgifaddr = 0x8915  # linux/sockios.h
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        try:
-            packed = fcntl.ioctl(
-                sock.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15])
-            )
-        except OSError as error:
-            raise RankEnvError(
-                f"interface {name!r} has no IPv4 address here ({error.strerror})",
-                "list interfaces with: ip -brief addr",
-            ) from None
-    return socket.inet_ntoa(packed[20:24])
 
 
 def port_is_free(port: int) -> bool:
