@@ -2,21 +2,21 @@
 
 The tools talk MADs to the fabric and can hang on an unresponsive port or a dead SM, so
 every call runs in its own process group with a deadline and is killed as a group when the
-deadline passes. Paths and extra arguments are configurable because sites install the
-tools under /usr/sbin, /opt/mellanox/... or wrap them (and the simulated fabric in the
-tests needs ``LD_PRELOAD``). Parsing lives in :mod:`slurmfabric.fabric.parse`.
+deadline passes (``slurmfabric._probe``, shared with the health probes). Paths and extra
+arguments are configurable because sites install the tools under /usr/sbin,
+/opt/mellanox/... or wrap them (and the simulated fabric in the tests needs
+``LD_PRELOAD``). Parsing lives in :mod:`slurmfabric.fabric.parse`.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import signal
-import subprocess
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from slurmfabric import _probe
 from slurmfabric.errors import TopologyError
 
 TOOLS = ("iblinkinfo", "perfquery", "ibstat", "ibnetdiscover")
@@ -59,41 +59,22 @@ def run_tool(tools: Tools, tool: str, args: Iterable[str] = ()) -> str:
     cmd = tools.command(tool, args)
     env = {**os.environ, **tools.env}
     try:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            cwd=tools.cwd,
-            start_new_session=True,
-        )
+        done = _probe.run(cmd, tools.timeout, env=env, cwd=tools.cwd)
     except FileNotFoundError as exc:
         raise TopologyError(
             f"{cmd[0]}: not found",
             hint=f"install infiniband-diags or pass --{tool} PATH (or SLURMFABRIC_{tool.upper()})",
         ) from exc
-    try:
-        out, err = proc.communicate(timeout=tools.timeout)
-    except subprocess.TimeoutExpired as exc:
-        _kill_group(proc)
+    except _probe.Deadline as exc:
+        stuck = " (stuck in uninterruptible sleep, state D)" if exc.state == "D" else ""
         raise TopologyError(
-            f"{shlex.join(cmd)}: no answer within {tools.timeout:g}s",
+            f"{shlex.join(cmd)}: no answer within {tools.timeout:g}s{stuck}",
             hint="a hung port or subnet manager; raise --timeout or check the SM with sminfo",
         ) from exc
-    if proc.returncode != 0:
-        detail = " ".join(line for line in err.strip().splitlines()[-3:] if line)
-        raise TopologyError(f"{shlex.join(cmd)} failed (exit {proc.returncode}): {detail}")
-    return out
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.communicate()
+    if done.returncode != 0:
+        detail = " ".join(line for line in done.stderr.strip().splitlines()[-3:] if line)
+        raise TopologyError(f"{shlex.join(cmd)} failed (exit {done.returncode}): {detail}")
+    return done.stdout
 
 
 def iblinkinfo(tools: Tools) -> str:

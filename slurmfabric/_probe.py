@@ -1,0 +1,120 @@
+"""Run one external command in its own process group with a deadline.
+
+Shared by the prolog/epilog probes (``health.probe``: nvidia-smi, site commands) and the
+InfiniBand tools (``fabric.runner``: iblinkinfo, perfquery, ...). Both can hang: nvidia-smi
+on a wedged GPU, a MAD query on a dead port or subnet manager. The command gets its own
+session, so on timeout the whole group (grandchildren included) is killed with SIGKILL.
+
+A process stuck in uninterruptible sleep (state D) survives even SIGKILL. We never wait
+for it or for its pipes (a grandchild may still hold them open): the caller learns the
+state and moves on, so a hook finishes on time. Standard library only, light imports:
+the prolog runs this on every job start. Callers turn ``Deadline`` and the ``OSError``
+of a missing program into their own error types and messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+
+class Finished:
+    """What a command that returned in time printed, and how long it took."""
+
+    __slots__ = ("returncode", "stdout", "stderr", "seconds")
+
+    def __init__(self, returncode: int, stdout: str, stderr: str, seconds: float) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.seconds = seconds
+
+    def __repr__(self) -> str:
+        return (
+            f"Finished(returncode={self.returncode!r}, stdout={self.stdout!r}, "
+            f"stderr={self.stderr!r}, seconds={self.seconds!r})"
+        )
+
+
+class Deadline(Exception):
+    """The command did not return in ``timeout`` seconds; its group has been killed.
+
+    ``state`` is the leader's /proc state letter if it is still there after SIGKILL
+    (``"D"``: uninterruptible sleep, it cannot die until the kernel call returns).
+    """
+
+    def __init__(self, timeout: float, state: str | None) -> None:
+        super().__init__(f"no answer within {timeout:g} s")
+        self.timeout = timeout
+        self.state = state
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state from /proc/<pid>/stat (R, S, D, Z ...), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces or ')'.
+    tail = text.rpartition(")")[2].split()
+    return tail[0] if tail else None
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> str | None:
+    """SIGKILL the command's process group; return its state if it is still not gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # the group changed hands (setsid in the child): the leader only
+        with contextlib.suppress(OSError):
+            proc.kill()
+    try:
+        proc.wait(timeout=0.1)
+        state = None
+    except subprocess.TimeoutExpired:
+        state = process_state(proc.pid)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    return state
+
+
+def run(
+    cmd: list[str],
+    timeout: float,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> Finished:
+    """Run ``cmd`` (argv, never a shell) with stdin closed; raise ``Deadline`` on timeout.
+
+    ``FileNotFoundError``/``PermissionError`` from starting it propagate unchanged.
+    Output is decoded as UTF-8 with replacement: tools may print anything.
+    """
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+        close_fds=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=max(timeout, 0.001))
+    except subprocess.TimeoutExpired:
+        raise Deadline(timeout, kill_group(proc)) from None
+    return Finished(
+        proc.returncode,
+        out.decode("utf-8", "replace"),
+        err.decode("utf-8", "replace"),
+        time.monotonic() - start,
+    )
