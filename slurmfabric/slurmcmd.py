@@ -186,6 +186,26 @@ def update_node(name: str, env: dict[str, str] | None = None, **fields: str) -> 
         env=env)
 
 
+# One "<node> <state>" line per node: ``sfn1 idle``, ``sfn4 drained``, ``sft3 idle*``.
+SINFO_NODE_STATES = ["sinfo", "-h", "-N", "-o", "%N %T"]
+
+
+def parse_node_states(text: str) -> dict[str, str]:
+    """Output of ``SINFO_NODE_STATES`` -> ``{node: state}`` (same on 22.05 and 24.11).
+
+    A node in several partitions appears once per partition with the same state.
+    """
+    states: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+        elif parts:
+            raise SlurmCommandError(f"unexpected sinfo line {line!r}",
+                                    hint="expected '<node> <state>' from sinfo -o '%N %T'")
+    return states
+
+
 def node_state_flags(state: str) -> set[str]:
     """``IDLE+DRAIN`` -> ``{"IDLE", "DRAIN"}``; a trailing ``*`` (not responding) is kept as
     ``NOT_RESPONDING`` so callers need not know Slurm's suffix characters."""
@@ -199,13 +219,23 @@ def node_state_flags(state: str) -> set[str]:
     return flags
 
 
-def slurm_version(env: dict[str, str] | None = None) -> tuple[int, int, int]:
-    """The installed client's version from ``scontrol --version`` (``slurm 22.05.8``)."""
-    out = run(["scontrol", "--version"], env=env)
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``slurm 22.05.8`` / ``slurm-wlm 24.11.5`` (Debian's builds) -> ``(24, 11, 5)``.
+
+    Every Slurm program's ``--version``/``-V`` prints this one line.
+    """
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
     if not match:
-        raise SlurmCommandError(f"cannot read a version from {out.strip()!r}")
+        raise SlurmCommandError(f"cannot read a Slurm version from {text.strip()!r}")
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def slurm_version(env: dict[str, str] | None = None) -> tuple[int, int, int]:
+    """The installed client's version from ``scontrol --version``.
+
+    Like every client, scontrol needs a slurm.conf (or DNS SRV records) even for this.
+    """
+    return parse_version(run(["scontrol", "--version"], env=env))
 
 
 # Job states after which nothing more happens (squeue(1) "JOB STATE CODES").

@@ -22,17 +22,21 @@ from slurmfabric import slurmcmd
 from slurmfabric.errors import SlurmfabricError
 from slurmfabric.testbed.config import (
     Settings,
+    current_block,
     default_state_dir,
     hosts_block,
     merge_hosts,
+    render_cgroup_conf,
     render_slurm_conf,
     write_extra_conf,
 )
 from slurmfabric.testbed.procs import (
     munge_ids,
+    own_host_names,
     pid_runs,
     resolves,
     send_signal,
+    slurmd_version,
     wait_for,
     which,
 )
@@ -205,9 +209,8 @@ class Testbed:
         last = ""
         while time.monotonic() < deadline:
             try:
-                out = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env(),
-                                   timeout=10)
-                states = dict(line.split() for line in out.splitlines() if line.strip())
+                out = slurmcmd.run(slurmcmd.SINFO_NODE_STATES, env=self.env(), timeout=10)
+                states = slurmcmd.parse_node_states(out)
                 last = out.strip()
                 if states and all(states.get(n) == "idle" for n in self.s.node_names):
                     return
@@ -221,8 +224,8 @@ class Testbed:
 
     def resume_all(self) -> list[str]:
         """Return every drained or down node to service (a clean slate for a test session)."""
-        out = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env())
-        stuck = [name for name, state in (line.split() for line in out.splitlines() if line)
+        out = slurmcmd.run(slurmcmd.SINFO_NODE_STATES, env=self.env())
+        stuck = [name for name, state in slurmcmd.parse_node_states(out).items()
                  if not state.startswith(("idle", "alloc", "mix", "comp"))]
         for name in stuck:
             slurmcmd.update_node(name, env=self.env(), State="RESUME")
@@ -254,6 +257,7 @@ class Testbed:
 
     def _write_files(self) -> None:
         self.s.conf_path.write_text(render_slurm_conf(self.s))
+        self.s.cgroup_conf_path.write_text(render_cgroup_conf(slurmd_version()))
         if not self.s.extra_conf_path.exists():
             write_extra_conf(self.s, "")
         self._save_settings()
@@ -270,9 +274,13 @@ class Testbed:
 
     def _update_hosts(self, log) -> None:
         missing = [n for n in self.s.node_names if not resolves(n)]
-        block = hosts_block(self.s)
         hosts = Path("/etc/hosts")
         current = hosts.read_text()
+        # This machine's name too, if nothing else resolves it (or our block already did).
+        ours = current_block(current, self.s.prefix).split()
+        own = [n for n in own_host_names() if n in ours or not resolves(n)]
+        missing += [n for n in own if n not in ours]
+        block = hosts_block(self.s, own)
         if not missing and block in current:
             return
         if os.geteuid() != 0:

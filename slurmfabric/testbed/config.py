@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HOSTS_MARK = "# {} slurmfabric testbed {}"  # BEGIN/END, node prefix: one block per testbed
+# First release whose cgroup.conf accepts CgroupPlugin=disabled (verified on 24.11.5;
+# 22.05.8's library knows only cgroup/v1, cgroup/v2 and autodetect).
+CGROUP_DISABLED_SINCE = (23, 2)
 
 
 def default_state_dir() -> Path:
@@ -49,6 +52,11 @@ class Settings:
     @property
     def extra_conf_path(self) -> Path:
         return self.state_dir / "etc" / "slurm.extra.conf"
+
+    @property
+    def cgroup_conf_path(self) -> Path:
+        """Slurm reads cgroup.conf from the directory that holds slurm.conf."""
+        return self.state_dir / "etc" / "cgroup.conf"
 
     @property
     def munge_socket(self) -> Path:
@@ -94,6 +102,8 @@ def render_slurm_conf(s: Settings) -> str:
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
+        # 24.11 logs "Configured MailProg is invalid" when no mail(1) is installed.
+        "MailProg=/bin/true",
         # A failed prolog requeues the job without holding it (FACTS.md section 1).
         "SchedulerParameters=nohold_on_prolog_fail",
         "PrologFlags=Alloc",
@@ -117,10 +127,46 @@ def render_slurm_conf(s: Settings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def hosts_block(s: Settings) -> str:
+def render_cgroup_conf(version: tuple[int, ...]) -> str:
+    """cgroup.conf for the installed Slurm ``version`` (from ``slurmd -V``).
+
+    From 23.02 on, slurmd initialises the cgroup plugin even with proctrack/linuxproc and
+    task/none, and exits ("Unable to initialize cgroup plugin") where no cgroup tree is
+    mounted or, on cgroup v2, none is delegated by systemd (containers, chroots, daemons
+    started from a shell). The testbed uses no cgroups, so it switches them off. 22.05
+    does not know the value ``disabled`` and never needed it: it gets comments only,
+    which means its defaults, as with no file.
+    """
+    head = "# Written by 'slurmfabric testbed up' for Slurm {}.\n".format(
+        ".".join(str(part) for part in version))
+    if tuple(version[:2]) >= CGROUP_DISABLED_SINCE:
+        return head + "CgroupPlugin=disabled\n"
+    return head + "# Slurm < 23.02: no setting needed (cgroups are used only by plugins).\n"
+
+
+def hosts_block(s: Settings, own_names: list[str] | tuple[str, ...] = ()) -> str:
+    """The /etc/hosts rows for the nodes, plus this machine's names if given.
+
+    slurmctld connects back to srun and scancel at the host name they report; where that
+    name does not resolve (a bare chroot or container) job steps time out, so ``up`` adds
+    it here, on 127.0.0.1 like SlurmctldHost.
+    """
     rows = [f"{s.node_addr(i)} {name}" for i, name in enumerate(s.node_names)]
+    if own_names:
+        rows.append(f"127.0.0.1 {' '.join(own_names)}")
     begin, end = (HOSTS_MARK.format(word, s.prefix) for word in ("BEGIN", "END"))
     return "\n".join([begin, *rows, end]) + "\n"
+
+
+def current_block(current: str, prefix: str) -> str:
+    """This testbed's block as it stands in an /etc/hosts text ('' when absent)."""
+    begin, end = (HOSTS_MARK.format(word, prefix) for word in ("BEGIN", "END"))
+    lines = [line.strip() for line in current.splitlines()]
+    if begin not in lines or end not in lines[lines.index(begin):]:
+        return ""
+    start = lines.index(begin)
+    stop = lines.index(end, start)
+    return "\n".join(lines[start:stop + 1]) + "\n"
 
 
 def merge_hosts(current: str, block: str) -> str:

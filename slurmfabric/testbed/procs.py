@@ -7,6 +7,7 @@ import os
 import pwd
 import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -58,3 +59,22 @@ def wait_for(predicate, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise SlurmfabricError(f"timed out waiting for {what}")
+
+
+def slurmd_version() -> tuple[int, int, int]:
+    """The installed daemons' version; ``slurmd -V`` needs no slurm.conf, unlike clients."""
+    from slurmfabric.slurmcmd import parse_version
+
+    try:
+        proc = subprocess.run([which("slurmd") or "slurmd", "-V"], capture_output=True,
+                              text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmfabricError(f"slurmd -V failed: {exc}",
+                               hint="apt-get install slurm-wlm") from exc
+    return parse_version(proc.stdout + proc.stderr)
+
+
+def own_host_names() -> list[str]:
+    """This machine's names as Slurm clients report them (full and short)."""
+    full = socket.gethostname()
+    return list(dict.fromkeys([full, full.split(".")[0]]))
