@@ -46,16 +46,25 @@ def step_env(nodelist: str, nnodes: int) -> dict[str, str]:
     return env
 
 
-def median_ms(cmd: list[str], env: dict[str, str]) -> float:
-    # stderr dropped: launch warns that it cannot bind to the fixture's CPUs on this machine
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
-    subprocess.run(cmd, env=env, **quiet)  # warm + .pyc
-    times = []
+QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
+
+
+def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[float]:
+    """Median wall time of each (command, environment), in rounds that run every case once.
+
+    Interleaving keeps the ratios honest on a shared machine: a burst of load hits every
+    case of a round instead of whichever case happened to be running. stderr is dropped:
+    launch warns that it cannot bind to the fixture's CPUs on this machine.
+    """
+    for cmd, env in cases:
+        subprocess.run(cmd, env=env, **QUIET)  # warm + .pyc
+    times: list[list[float]] = [[] for _ in cases]
     for _ in range(N):
-        start = time.perf_counter()
-        subprocess.run(cmd, env=env, **quiet)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for slot, (cmd, env) in zip(times, cases):
+            start = time.perf_counter()
+            subprocess.run(cmd, env=env, **QUIET)
+            slot.append(time.perf_counter() - start)
+    return [statistics.median(t) * 1e3 for t in times]
 
 
 def h100_root(tmp: str) -> str:
@@ -66,30 +75,39 @@ def h100_root(tmp: str) -> str:
     return str(fakesysfs.build(nodes.h100_ib(), tmp))
 
 
+def entry_point() -> list[str]:
+    """The console script srun runs (``slurmfabric``), else ``python -m slurmfabric``.
+
+    ``-m`` costs more: runpy imports importlib.util, contextlib, collections, functools.
+    """
+    script = Path(PY).parent / "slurmfabric"
+    return [str(script)] if script.exists() else [PY, "-m", "slurmfabric"]
+
+
 def main() -> None:
     two = step_env("gpu[001-002]", 2)
     # 10,000 nodes written the way Slurm would compress a scattered allocation
     scattered = ",".join(f"r{r:03d}n[{1:02d}-{50:02d},{52:02d}-{100:02d}]" for r in range(102))
     big = step_env(scattered, 102 * 99)
+    entry = entry_point()
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         planned = {**two, "SLURMFABRIC_SYSFS_ROOT": h100_root(tmp)}
-        out = subprocess.run(
-            [PY, "-m", "slurmfabric", "env"], env=planned, capture_output=True, text=True
-        ).stdout
+        out = subprocess.run([*entry, "env"], env=planned, capture_output=True, text=True).stdout
         assert "NCCL_IB_HCA" in out, f"the fabric plan did not run:\n{out}"
-        bare = median_ms([PY, "-c", "pass"], two)
-        print(f"python -c pass: {bare:.1f} ms (median of {N})")
-        for label, env in (
-            ("2 nodes", two),
-            (f"{102 * 99} nodes", big),
-            ("2 nodes, plan (H100 fixture)", planned),
-        ):
-            for name, cmd in (
-                ("slurmfabric env", [PY, "-m", "slurmfabric", "env"]),
-                ("slurmfabric launch -- true", [PY, "-m", "slurmfabric", "launch", "--", "true"]),
-            ):
-                ms = median_ms(cmd, env)
-                print(f"{name:28} {label:29} {ms:6.1f} ms  {ms / bare:4.2f}x bare")
+        rows = [
+            (f"{name} ({label})", [*entry, *args], env)
+            for label, env in (
+                ("2 nodes", two),
+                (f"{102 * 99} nodes", big),
+                ("2 nodes, plan: H100 fixture", planned),
+            )
+            for name, args in (("env", ["env"]), ("launch -- true", ["launch", "--", "true"]))
+        ]
+        bare, *results = medians_ms([([PY, "-c", "pass"], two)] + [(c, e) for _, c, e in rows])
+        print(f"entry point: {' '.join(entry)}; medians of {N} interleaved rounds")
+        print(f"{'python -c pass':44} {bare:6.1f} ms")
+        for (label, _, _), ms in zip(rows, results):
+            print(f"{label:44} {ms:6.1f} ms  {ms / bare:4.2f}x bare")
 
 
 if __name__ == "__main__":

@@ -118,11 +118,12 @@ def test_env_and_launch_import_no_heavy_modules():
 
 # Modules that would cost milliseconds on every rank: heavy dependencies, and the stdlib
 # modules the topology/plan code avoids (dataclasses -> inspect, pathlib, typing, json, re,
-# ipaddress, socket, enum, platform).
+# ipaddress, socket, enum, platform, contextlib -> collections + functools). The console
+# script does not import contextlib/collections itself (``python -m`` does, via runpy).
 PER_RANK_HEAVY = (
     "pydantic", "pydantic_settings", "jinja2", "torch", "psutil", "pynvml", "argparse",
     "dataclasses", "inspect", "typing", "pathlib", "json", "re", "ipaddress", "socket",
-    "shlex", "enum", "platform", "encodings.idna",
+    "shlex", "enum", "platform", "encodings.idna", "contextlib", "collections", "functools",
 )  # fmt: skip
 
 
