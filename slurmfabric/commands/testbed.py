@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from slurmfabric.testbed import Settings, Testbed, default_state_dir
+
+UP_OPTIONS = ("nodes", "prefix", "cpus", "ctld_port", "node_port_base", "addr_prefix")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,15 +21,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, default=None,
                    help=f"where config, keys, logs and PIDs live (default {default_state_dir()}"
                    ", or $SLURMFABRIC_TESTBED_DIR)")
+    # Defaults are None: an option not given keeps the state dir's saved settings, so
+    # `up --state-dir X` restarts X's cluster as it was, not on the default ports.
     d = Settings()
-    p.add_argument("-n", "--nodes", type=int, default=d.nodes, help="virtual nodes (up)")
-    p.add_argument("--prefix", default=d.prefix, help="node name prefix (up)")
-    p.add_argument("--cpus", type=int, default=d.cpus, help="CPUs declared per node (up)")
-    p.add_argument("--ctld-port", type=int, default=d.ctld_port, help="SlurmctldPort (up)")
-    p.add_argument("--node-port-base", type=int, default=d.node_port_base,
-                   help="first slurmd port; node i uses base+i (up)")
-    p.add_argument("--addr-prefix", default=d.addr_prefix,
-                   help="node i gets address PREFIX<i+1> (up)")
+    p.add_argument("-n", "--nodes", type=int, help=f"virtual nodes (up; default {d.nodes})")
+    p.add_argument("--prefix", help=f"node name prefix (up; default {d.prefix})")
+    p.add_argument("--cpus", type=int, help=f"CPUs declared per node (up; default {d.cpus})")
+    p.add_argument("--ctld-port", type=int, help=f"SlurmctldPort (up; default {d.ctld_port})")
+    p.add_argument("--node-port-base", type=int,
+                   help=f"first slurmd port; node i uses base+i (up; default {d.node_port_base})")
+    p.add_argument("--addr-prefix",
+                   help=f"node i gets address PREFIX<i+1> (up; default {d.addr_prefix})")
     p.add_argument("--timeout", type=float, default=60, help="seconds to wait for idle nodes")
     return p
 
@@ -35,15 +40,12 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     state_dir = args.state_dir or default_state_dir()
     if args.action == "up":
-        settings = Settings(
-            state_dir=state_dir, nodes=args.nodes, prefix=args.prefix, cpus=args.cpus,
-            ctld_port=args.ctld_port, node_port_base=args.node_port_base,
-            addr_prefix=args.addr_prefix,
-        )
-        running = Testbed.from_state(state_dir)
-        if running.running():
-            settings = running.s  # reattach: never reconfigure a live cluster silently
-        Testbed(settings).up(timeout=args.timeout)
+        saved = Testbed.from_state(state_dir)
+        if saved.running():  # reattach: never reconfigure a live cluster silently
+            saved.up(timeout=args.timeout)
+            return 0
+        given = {key: getattr(args, key) for key in UP_OPTIONS if getattr(args, key) is not None}
+        Testbed(replace(saved.s, state_dir=state_dir, **given)).up(timeout=args.timeout)
         return 0
     testbed = Testbed.from_state(state_dir)
     if args.action == "down":
