@@ -328,6 +328,7 @@ def compress(names: Iterable[str]) -> str:
     kept (``n[3,2,1]``, ``n[1,1]``), exactly like Slurm; sort first if you want n[1-3].
     """
     names = names if isinstance(names, list) else list(names)
+    suffixes: dict[tuple[int, int, int], tuple[list[str], list[int]]] = {}  # see _is_run
     # Each range: [prefix, lo, hi, width]; lo is None for a name without a number.
     ranges: list[list] = []
     prefix = None
@@ -354,7 +355,7 @@ def compress(names: Iterable[str]) -> str:
                 width = joined
             hi = num
             if hi - lo == 2:  # a run: compare whole blocks in C instead of name by name
-                hi, i = _gallop(names, i, stem, hi, width)
+                hi, i = _gallop(names, i, stem, hi, width, suffixes)
             continue
         if prefix is not None:
             ranges.append([prefix, lo, hi, width])
@@ -369,15 +370,48 @@ def _numbered(stem: str, lo: int, stop: int, width: int) -> list[str]:
     return list(map(stem.__add__, map(str.zfill, map(str, range(lo, stop)), repeat(width))))
 
 
-def _gallop(names: list[str], i: int, stem: str, hi: int, width: int) -> tuple[int, int]:
+def _is_run(
+    block: list[str],
+    stem: str,
+    lo: int,
+    width: int,
+    suffixes: dict[tuple[int, int, int], tuple[list[str], list[int]]],
+) -> bool:
+    """``block == _numbered(stem, lo, lo + len(block), width)``, without building names.
+
+    Equal lengths name by name plus equal concatenations mean equal names. The numbers'
+    text is the same for every rack (``001``..``100``), so it is made once per compress
+    call; only a C-level join with the rack's stem is left per run.
+    """
+    key = (lo, len(block), width)
+    known = suffixes.get(key)
+    if known is None and len(block) > 1024:  # one long run: nothing to reuse, compare names
+        return block == _numbered(stem, lo, lo + len(block), width)
+    if known is None:
+        digits = list(map(str.zfill, map(str, range(lo, lo + len(block))), repeat(width)))
+        known = suffixes[key] = (digits, list(map(len, digits)))
+    digits, lengths = known
+    if "".join(block) != stem + stem.join(digits):
+        return False
+    return list(map(len(stem).__rsub__, map(len, block))) == lengths
+
+
+def _gallop(
+    names: list[str],
+    i: int,
+    stem: str,
+    hi: int,
+    width: int,
+    suffixes: dict[tuple[int, int, int], tuple[list[str], list[int]]] | None = None,
+) -> tuple[int, int]:
     """Extend a run while the next names are exactly stem + the next numbers.
 
     Within a run the width cannot change: a longer number is never zero padded under
     either width, so Slurm keeps the run's width (see _widths_join).
 
     First guess the run's end from single names (exponential then binary search on
-    ``names[i + k - 1]``: a few string compares per run), then check the whole block in
-    one C-level list compare. A wrong guess (a name that happens to fit the pattern past a
+    ``names[i + k - 1]``: a few string compares per run), then check the whole block at
+    C level (``_is_run``). A wrong guess (a name that happens to fit the pattern past a
     break) fails that check and falls back to growing block by block, so the result never
     depends on the guess; it only makes runs of ~100 names (one rack) cheap.
     """
@@ -392,7 +426,8 @@ def _gallop(names: list[str], i: int, stem: str, hi: int, width: int) -> tuple[i
             good = mid
         else:
             bad = mid
-    if good and names[i : i + good] == _numbered(stem, hi + 1, hi + 1 + good, width):
+    block = names[i : i + good]
+    if good and _is_run(block, stem, hi + 1, width, {} if suffixes is None else suffixes):
         return hi + good, i + good
     return _gallop_blocks(names, i, stem, hi, width)
 

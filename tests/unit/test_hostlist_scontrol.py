@@ -231,3 +231,23 @@ def test_rejections_agree_on_documented_errors(scontrol):
         assert scontrol.hostnames(expr) is None, expr
         with pytest.raises(hostlist.HostlistError):
             hostlist.expand(expr)
+
+
+NEAR_MISSES = [
+    # a name replaced inside a run: the run-end guess sees names where a run puts them
+    [f"n{i}" if i != 10 else "x" for i in range(1, 41)],
+    # names cut at other places: the same concatenation as a run, other lengths
+    ["n1", "n2", "n3", "n4n", "5"] + [f"n{i}" for i in range(6, 21)],
+    # a repeat in a long run; runs just around the probe sizes 8, 16, 32
+    [f"n{i}" for i in range(1, 30)] + ["n5"] + [f"n{i}" for i in range(30, 60)],
+    [f"n{i}" for i in range(1, 18)] + [f"n{i}" for i in range(18, 51)] + ["n50"],
+    # racks of 100 with widths that change at the rack's end
+    [f"c{r}n{i:02d}" for r in range(3) for i in range(1, 101)],
+    # a long run (checked name by name above 1,024) with one name replaced
+    [f"n{i:04d}" if i != 2000 else "x" for i in range(1, 3001)],
+]
+
+
+@pytest.mark.parametrize("names", NEAR_MISSES, ids=range(len(NEAR_MISSES)))
+def test_compress_near_miss_runs_match_scontrol(scontrol, names):
+    assert hostlist.compress(names) == scontrol.hostlist(names)
