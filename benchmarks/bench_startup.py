@@ -39,8 +39,10 @@ def step_env(nodelist: str, nnodes: int) -> dict[str, str]:
         SLURM_STEP_NUM_NODES=str(nnodes),
         SLURM_STEP_NUM_TASKS=str(8 * nnodes),
         SLURM_STEP_TASKS_PER_NODE=f"8(x{nnodes})",
-        SLURM_PROCID="9",
-        SLURM_LOCALID="1",
+        # local rank 0: its H100-fixture CPU set (0-13,112-125) includes this machine's CPUs
+        # 0-1, so sched_setaffinity succeeds here as it would on the real node.
+        SLURM_PROCID="8",
+        SLURM_LOCALID="0",
         SLURM_NODEID="1",
     )
     return env
@@ -53,8 +55,7 @@ def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[float]:
     """Median wall time of each (command, environment), in rounds that run every case once.
 
     Interleaving keeps the ratios honest on a shared machine: a burst of load hits every
-    case of a round instead of whichever case happened to be running. stderr is dropped:
-    launch warns that it cannot bind to the fixture's CPUs on this machine.
+    case of a round instead of whichever case happened to be running. stderr is dropped.
     """
     for cmd, env in cases:
         subprocess.run(cmd, env=env, **QUIET)  # warm + .pyc

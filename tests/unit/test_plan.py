@@ -308,7 +308,11 @@ def test_apply_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: calls.append((pid, set(cpus))))
     monkeypatch.setattr(binding, "set_preferred_node", lambda node: calls.append(node))
     binding.apply_binding(RankBinding(0, None, None, None, None, (2, 3), 1, "r"))
-    assert calls == [(0, {2, 3}), 1]
+    # pinned to CPUs of node 1: the default local policy already allocates there
+    assert calls == [(0, {2, 3})]
+    calls.clear()
+    binding.apply_binding(RankBinding(0, None, None, None, None, (), 1, "r"))
+    assert calls == [1]  # no CPUs to pin: the memory node is set explicitly
 
     def refuse(pid: int, cpus: object) -> None:
         raise OSError(22, "Invalid argument")
