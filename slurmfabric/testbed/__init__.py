@@ -156,6 +156,7 @@ class Testbed:
         if alive and set(alive) == set(self.expected_keys()):
             log(f"testbed already running ({len(self.s.node_names)} nodes); "
                 f"SLURM_CONF={self.s.conf_path}")
+            self._refresh_conf(log)
             self.wait_idle(timeout)
             return 0.0
         self._prepare_dirs()
@@ -203,6 +204,24 @@ class Testbed:
             log("testbed down: nothing was running")
         return order
 
+    def _refresh_conf(self, log) -> None:
+        """A testbed started by an older slurmfabric gets today's slurm.conf in place.
+
+        Running daemons reread it on ``scontrol reconfigure`` (e.g. TmpFS, which srun
+        --mpi=pmix needs per node), so shared long-lived testbeds need no restart.
+        """
+        try:
+            current = self.s.conf_path.read_text()
+        except OSError:
+            current = ""
+        if current == render_slurm_conf(self.s):
+            return
+        self._prepare_dirs()
+        self._write_files()
+        slurmcmd.run(["scontrol", "reconfigure"], env=self.env())
+        time.sleep(1.0)  # slurmd rereads asynchronously
+        log(f"testbed slurm.conf updated and reread: {self.s.conf_path}")
+
     def wait_idle(self, timeout: float) -> None:
         """Wait until sinfo shows every node idle (or fail with the daemons' last words)."""
         deadline = time.monotonic() + max(timeout, 1)
@@ -247,6 +266,10 @@ class Testbed:
             (d / sub).mkdir(parents=True, exist_ok=True)
         for name in self.s.node_names:
             (d / "spool" / name).mkdir(exist_ok=True)
+            # TmpFS=<state>/tmp/%n (config.py): pmix creates its app dir inside, not parents.
+            node_tmp = d / "tmp" / name
+            node_tmp.mkdir(parents=True, exist_ok=True)
+            os.chmod(node_tmp, 0o1777)  # a /tmp for jobs of any user
         os.chmod(d, 0o755)  # munged (user munge) must traverse it
         for parent in d.resolve().parents:
             if not os.stat(parent).st_mode & 0o001:

@@ -91,6 +91,11 @@ def render_slurm_conf(s: Settings) -> str:
         f"SlurmdPidFile={d}/run/slurmd.%n.pid",
         f"SlurmctldLogFile={d}/log/slurmctld.log",
         f"SlurmdLogFile={d}/log/slurmd.%n.log",
+        # srun --mpi=pmix: each slurmstepd makes its client dir spmix_appdir_<uid>_<job>.<step>
+        # under TmpFS, which slurmd expands with %n like the spool (pmixp_info.c ->
+        # slurm_get_tmp_fs(node)). One shared /tmp gives every node the same path and all
+        # but one fail with "File exists". Jobs still see the real /tmp (nothing sets TMPDIR).
+        f"TmpFS={d}/tmp/%n",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "SelectType=select/cons_tres",
