@@ -1,10 +1,10 @@
 """End to end on the local Slurm testbed: render + submit real jobs through the CLI and check
 what every rank reports.
 
-torchrun (gloo on CPU), srun-launched ranks and mpirun (a small MPI C program) run for real,
-2 nodes x 2 ranks. nccl-tests and srun-pmix need GPUs or a working pmix (every virtual node
-of one host shares /tmp, FACTS section 1), so those are rendered, shellchecked and accepted
-by `sbatch --test-only`.
+torchrun (gloo on CPU), srun-launched ranks, mpirun and srun --mpi=pmix (a small MPI C
+program) run for real, 2 nodes x 2 ranks; srun-pmix works here because the testbed gives
+every virtual node its own TmpFS (FACTS section 1). nccl-tests needs GPUs, so it (and, as a
+static check, srun-pmix too) is rendered, shellchecked and accepted by `sbatch --test-only`.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ int main(int argc, char **argv) {
 """
 
 
-def test_mpirun_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None:
+def mpi_sets(cluster: Cluster, tmp_path: Path, launcher: str) -> list[str]:
+    """Build the MPI program in tmp_path; the config that runs it 2 nodes x 2 ranks."""
     assert shutil.which("mpicc"), "mpicc missing: apt-get install libopenmpi-dev openmpi-bin"
     source = tmp_path / "allreduce.c"
     source.write_text(MPI_PROGRAM)
@@ -116,15 +117,28 @@ def test_mpirun_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None
     subprocess.run(["mpicc", "-O1", "-o", str(binary), str(source)], check=True)
     # FACTS section 1: shared memory segfaults across virtual nodes of one host, and
     # OpenMPI refuses to run as root (jobs run as root here) without these two variables.
-    config = sets_args("launcher.type=mpirun", f"program.command=[{json.dumps(str(binary))}]",
-                       "job.nodes=2", "job.ntasks_per_node=2",
-                       f"job.partition={cluster.partition}", "job.time=5",
-                       "program.env.OMPI_MCA_btl=self,tcp",
-                       "program.env.OMPI_ALLOW_RUN_AS_ROOT=1",
-                       "program.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
-    output = submit_and_wait(cluster, tmp_path, config)
+    return sets_args(f"launcher.type={launcher}",
+                     f"program.command=[{json.dumps(str(binary))}]",
+                     "job.nodes=2", "job.ntasks_per_node=2",
+                     f"job.partition={cluster.partition}", "job.time=5",
+                     "program.env.OMPI_MCA_btl=self,tcp",
+                     "program.env.OMPI_ALLOW_RUN_AS_ROOT=1",
+                     "program.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+
+
+def test_mpirun_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None:
+    output = submit_and_wait(cluster, tmp_path, mpi_sets(cluster, tmp_path, "mpirun"))
     records = rank_records(output)
     check_ranks(records, cluster, output, local_rank=False)
+
+
+def test_srun_pmix_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None:
+    # srun --mpi=pmix starts the 4 ranks itself (no mpirun); MPI_Init gets the world from
+    # each node's slurmstepd PMIx server. Without one (or with a failed one) each rank is
+    # a singleton of world size 1, or the step fails to launch. The testbed gives each
+    # virtual node its own TmpFS, where the pmix plugin puts its app dir (FACTS section 1).
+    output = submit_and_wait(cluster, tmp_path, mpi_sets(cluster, tmp_path, "srun-pmix"))
+    check_ranks(rank_records(output), cluster, output, local_rank=False)
 
 
 @pytest.mark.parametrize("config_args", [
@@ -136,8 +150,8 @@ def test_mpirun_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None
 ], ids=["nccl-tests", "srun-pmix"])
 def test_rendered_and_accepted_by_sbatch_test_only(cluster: Cluster, tmp_path: Path,
                                                    config_args: list[str]) -> None:
-    # These need GPUs / a per-node pmix here; the local testbed has neither, so the
-    # partition and node count are the testbed's, and Slurm validates the script.
+    # nccl-tests needs GPUs, which the local testbed lacks (srun-pmix also runs for real
+    # above); the partition and node count are the testbed's, and Slurm validates the script.
     local = [*config_args, *sets_args(f"job.partition={cluster.partition}", "job.nodes=2",
                                       "job.time=10")]
     script = tmp_path / "job.sh"
