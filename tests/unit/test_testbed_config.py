@@ -22,6 +22,8 @@ def test_conf_has_one_node_line_per_node_with_own_port_and_address(tmp_path):
     for key in ("SlurmdSpoolDir", "SlurmdPidFile", "SlurmdLogFile"):
         (line,) = [x for x in conf.splitlines() if x.startswith(key + "=")]
         assert "%n" in line
+    # srun --mpi=pmix: the plugin's spmix_appdir lives under TmpFS, expanded per node
+    assert f"TmpFS={tmp_path}/tmp/%n" in conf
     assert "PartitionName=debug Nodes=sfn1,sfn2,sfn3" in conf
     assert f"Include {tmp_path}/etc/slurm.extra.conf" in conf
 
