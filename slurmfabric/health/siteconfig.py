@@ -8,6 +8,7 @@ pydantic. Node sets are selected by hostlist expression; every ``[[nodes]]`` blo
     [runner]
     budget_s = 20
     state_dir = "/var/lib/slurmfabric/health"
+    drain_backend = "scontrol"   # or "pyslurm" (optional, GPL, built for this Slurm)
 
     [[nodes]]
     match = "gpu[001-128]"
@@ -46,6 +47,7 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "syslog": True,
     "slurm_bin_dir": "",  # prepended to PATH for scontrol (hooks run with no PATH)
     "drain": True,  # False: report only, never call scontrol
+    "drain_backend": "scontrol",  # how drain/resume reach slurmctld: scontrol | pyslurm
     "drain_retries": 3,
     "drain_retry_s": 1.0,
     "breaker_fraction": 0.1,  # stop draining when this share of nodes has the same reason
@@ -81,6 +83,9 @@ NODE_DEFAULTS: dict[str, Any] = {
     "leftover_ignore": [],  # process names never counted as leftovers
     "commands": [],  # [{name, argv, hooks, timeout_s}] site probes: exit 0 = healthy
 }
+
+# [runner] keys whose value is one of a fixed set (checked at load, with the choices).
+RUNNER_CHOICES: dict[str, tuple[str, ...]] = {"drain_backend": ("scontrol", "pyslurm")}
 
 CHECK_POLICY_KEYS = {"enabled", "severity", "action", "on_error", "hooks"}
 HOOKS = ("prolog", "epilog", "epilog_failed", "check")
@@ -190,6 +195,10 @@ def resolve(data: dict[str, Any], node: str, path: str | None) -> SiteConfig:
     for key, value in raw_runner.items():
         if key in RUNNER_DEFAULTS:
             runner[key] = _typed(value, RUNNER_DEFAULTS[key], key, "[runner]", problems)
+        allowed = RUNNER_CHOICES.get(key)
+        if allowed and isinstance(value, str) and value not in allowed:
+            problems.append(f"[runner]: {key} = {value!r}; use one of "
+                            f"{', '.join(repr(a) for a in allowed)}")
     expect = {k: v for k, v in NODE_DEFAULTS.items() if k != "match"}
     for i, block in enumerate(data.get("nodes", []), 1):
         where = f"[[nodes]] #{i}"

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
-from helpers import fake_slurm, scontrol_calls, slurm_nodes  # noqa: E402
+from helpers import fake_slurm, hgx_node, scontrol_calls, slurm_nodes, write_config  # noqa: E402
 
-from slurmfabric.health import drain  # noqa: E402
+from slurmfabric.errors import ConfigError, HealthError  # noqa: E402
+from slurmfabric.health import drain, siteconfig  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _site_config(tmp_path, monkeypatch):
+    """drain() without backend= reads the site config: point it at an empty one here."""
+    path = tmp_path / "site-health.toml"
+    path.write_text("")
+    monkeypatch.setenv(siteconfig.CONFIG_ENV, str(path))
+    return path
 
 
 @pytest.fixture
@@ -101,3 +113,207 @@ def test_state_file_names_cannot_escape_the_state_dir(tmp_path):
     assert path.parent == tmp_path / "jobs"
     assert "/" not in path.name and not path.name.startswith(".")
     assert state.safe_name("..") == "_"
+
+
+# --- pyslurm backend, against a fake module with pyslurm 25.11's documented shapes ----------
+
+class _RPCError(Exception):
+    """pyslurm.RPCError (a PyslurmError)."""
+
+
+def fake_pyslurm(mocker, nodes: dict[str, tuple[str, str | None]], down: bool = False):
+    """A ``pyslurm`` module: ``Node(name=None, **kwargs)``, ``Node.load(name)``,
+    ``node.modify(changes)``, ``Nodes.load().values()``; ``state`` is Slurm's complete state
+    string, ``reason`` None when unset. modify() applies DRAIN/RESUME like slurmctld."""
+    loaded: dict[str, types.SimpleNamespace] = {}
+
+    def node(name=None, **kwargs):
+        return types.SimpleNamespace(name=name, state=kwargs.get("state"),
+                                     reason=kwargs.get("reason"))
+
+    def modify_for(name):
+        def modify(changes):
+            state, reason = nodes[name]
+            if changes.state == "DRAIN":
+                nodes[name] = ("IDLE+DRAIN", changes.reason)
+            elif changes.state == "RESUME":
+                nodes[name] = (state.split("+")[0], None)
+        return mocker.Mock(side_effect=modify, name=f"Node({name}).modify")
+
+    def load(name):
+        if down:
+            raise _RPCError("Unable to contact slurm controller (connect failure)")
+        if name not in nodes:
+            raise _RPCError(f"Node '{name}' does not exist")
+        state, reason = nodes[name]
+        loaded[name] = types.SimpleNamespace(name=name, state=state, reason=reason,
+                                             modify=modify_for(name))
+        return loaded[name]
+
+    def load_all(preload_passwd_info=False):
+        if down:
+            raise _RPCError("Unable to contact slurm controller (connect failure)")
+        return {n: types.SimpleNamespace(name=n, state=s, reason=r)
+                for n, (s, r) in nodes.items()}
+
+    mod = types.ModuleType("pyslurm")
+    mod.RPCError = mod.PyslurmError = _RPCError
+    mod.Node = mocker.Mock(side_effect=node, name="pyslurm.Node")
+    mod.Node.load = mocker.Mock(side_effect=load, name="pyslurm.Node.load")
+    mod.Nodes = types.SimpleNamespace(load=mocker.Mock(side_effect=load_all))
+    mod.loaded = loaded
+    mocker.patch.dict(sys.modules, {"pyslurm": mod})
+    return mod
+
+
+def test_pyslurm_drain_sets_our_reason(mocker, tmp_path) -> None:
+    nodes = {"n1": ("IDLE", None), "n2": ("ALLOCATED", None)}
+    mod = fake_pyslurm(mocker, nodes)
+    out = drain.drain("n1", "gpu.ecc", "GPU3 2 uncorrected", state_dir=tmp_path,
+                      backend="pyslurm")
+    reason = "slurmfabric: gpu.ecc: GPU3 2 uncorrected"
+    assert out.outcome == drain.DRAINED and out.reason == reason
+    mod.Nodes.load.assert_called_once_with()
+    mod.Node.load.assert_called_once_with("n1")
+    mod.Node.assert_called_once_with(state="DRAIN", reason=reason)
+    changes = mod.loaded["n1"].modify.call_args.args[0]
+    assert (changes.state, changes.reason) == ("DRAIN", reason)
+    assert nodes == {"n1": ("IDLE+DRAIN", reason), "n2": ("ALLOCATED", None)}
+    assert drain.remembered("n1", tmp_path)["applied"] is True
+    # Same reason again: nothing to modify.
+    again = drain.drain("n1", "gpu.ecc", "GPU3 2 uncorrected", state_dir=tmp_path,
+                        backend="pyslurm")
+    assert again.outcome == drain.ALREADY and mod.Node.load.call_count == 1
+
+
+def test_pyslurm_admin_reason_kept_and_never_resumed(mocker, tmp_path) -> None:
+    nodes = {"n1": ("IDLE+DRAIN", "bad DIMM, ticket 4711"), "n2": ("IDLE", None)}
+    mod = fake_pyslurm(mocker, nodes)
+    out = drain.drain("n1", "gpu.ecc", "GPU3 bad", state_dir=tmp_path, backend="pyslurm")
+    assert out.outcome == drain.KEPT_FOREIGN and "bad DIMM" in out.detail
+    assert drain.resume_if_ours("n1", state_dir=tmp_path, backend="pyslurm") is False
+    assert drain.resume_if_ours("n2", state_dir=tmp_path, backend="pyslurm") is False
+    mod.Node.assert_not_called()  # no change object was ever built
+    assert all(not n.modify.called for n in mod.loaded.values())
+    assert nodes["n1"] == ("IDLE+DRAIN", "bad DIMM, ticket 4711")
+
+
+def test_pyslurm_resume_only_our_reason(mocker, tmp_path) -> None:
+    nodes = {"n1": ("IDLE+DRAIN", "slurmfabric: rdma.ports: mlx5_0:1 DOWN")}
+    mod = fake_pyslurm(mocker, nodes)
+    drain._remember(tmp_path, "n1", "slurmfabric: rdma.ports: mlx5_0:1 DOWN", applied=True)
+    assert drain.resume_if_ours("n1", state_dir=tmp_path, backend="pyslurm") is True
+    mod.Node.assert_called_once_with(state="RESUME")
+    mod.loaded["n1"].modify.assert_called_once()
+    assert nodes["n1"] == ("IDLE", None)
+    assert drain.remembered("n1", tmp_path) is None
+
+
+def test_pyslurm_unreachable_controller_is_deferred(mocker, tmp_path) -> None:
+    fake_pyslurm(mocker, {"n1": ("IDLE", None)}, down=True)
+    out = drain.drain("n1", "gpu.count", "7 GPUs", retries=2, retry_s=0.01,
+                      state_dir=tmp_path, backend="pyslurm")
+    assert out.outcome == drain.DEFERRED
+    assert "pyslurm Nodes.load() failed: Unable to contact slurm controller" in out.detail
+    assert sys.modules["pyslurm"].Nodes.load.call_count == 2
+    assert drain.remembered("n1", tmp_path)["applied"] is False
+
+
+def test_absent_pyslurm_defers_with_a_hint_and_resume_says_why(mocker, tmp_path) -> None:
+    mocker.patch.dict(sys.modules, {"pyslurm": None})  # "import pyslurm" raises ImportError
+    out = drain.drain("n1", "gpu.ecc", "GPU3 bad", state_dir=tmp_path, backend="pyslurm")
+    assert out.outcome == drain.DEFERRED and not out.drained
+    assert "pyslurm cannot be imported" in out.detail
+    assert 'drain_backend = "scontrol"' in out.detail
+    assert drain.remembered("n1", tmp_path)["reason"] == "slurmfabric: gpu.ecc: GPU3 bad"
+    with pytest.raises(HealthError, match="pyslurm cannot be imported") as info:
+        drain.resume_if_ours("n1", state_dir=tmp_path, backend="pyslurm")
+    assert "major.minor" in info.value.hint
+
+
+def test_backend_comes_from_the_site_config(mocker, slurm, tmp_path, _site_config) -> None:
+    env = slurm({"n1": ("IDLE", "")})
+    mocker.patch.dict(sys.modules, {"pyslurm": None})
+    # Default: scontrol, and pyslurm is never imported (it would fail here).
+    assert drain.drain("n1", "gpu.ecc", "x", state_dir=tmp_path).outcome == drain.DRAINED
+    assert [c[0] for c in scontrol_calls(env)] == ["show", "update"]
+    _site_config.write_text('[runner]\ndrain_backend = "pyslurm"\n')
+    mod = fake_pyslurm(mocker, {"n1": ("IDLE+DRAIN", "slurmfabric: gpu.ecc: x")})
+    assert drain.resume_if_ours("n1", state_dir=tmp_path) is True
+    mod.Node.assert_called_once_with(state="RESUME")
+    assert len(scontrol_calls(env)) == 2  # nothing more went through scontrol
+    with pytest.raises(ConfigError, match="unknown"):
+        drain.backend_for("slurmrestd", "n1")
+
+
+def test_bad_drain_backend_in_the_config_names_the_choices(tmp_path) -> None:
+    path = tmp_path / "h.toml"
+    path.write_text('[runner]\ndrain_backend = "rest"\n')
+    with pytest.raises(ConfigError) as info:
+        siteconfig.load("n1", str(path))
+    assert "drain_backend = 'rest'; use one of 'scontrol', 'pyslurm'" in str(info.value)
+    path.write_text("[runner]\ndrain_backend = 1\n")
+    with pytest.raises(ConfigError, match="drain_backend = 1 should be a str"):
+        siteconfig.load("n1", str(path))
+
+
+def test_hook_with_pyslurm_absent_still_exits_1_and_keeps_the_reason(
+        mocker, slurm, tmp_path, monkeypatch) -> None:
+    from slurmfabric.health import hooks
+
+    env = slurm({"gpu007": ("IDLE", "")})
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "health.toml", state,
+                       [hgx_node("gpu[001-016]", "h100-535-ecc", None)],
+                       {"drain_backend": "pyslurm"})
+    monkeypatch.setenv(siteconfig.CONFIG_ENV, str(cfg))
+    monkeypatch.setenv("PATH", env["PATH"])  # run_hook may prepend to PATH
+    mocker.patch.dict(sys.modules, {"pyslurm": None})
+    rc = hooks.run_hook("prolog", env={"SLURMD_NODENAME": "gpu007", "SLURM_JOB_ID": "9"})
+    assert rc == 1  # Slurm drains the node ("Prolog error") and requeues the job
+    report = json.loads((state / "reports" / "last-gpu007.json").read_text())
+    assert report["drain"]["outcome"] == drain.DEFERRED
+    assert "pyslurm cannot be imported" in report["drain"]["detail"]
+    saved = drain.remembered("gpu007", state)
+    assert saved["applied"] is False and saved["reason"].startswith("slurmfabric: gpu.ecc:")
+    assert scontrol_calls(env) == []  # no silent fallback to scontrol
+
+
+def test_hook_drains_through_pyslurm_when_configured(mocker, slurm, tmp_path,
+                                                     monkeypatch) -> None:
+    from slurmfabric.health import hooks
+
+    env = slurm({"gpu007": ("IDLE", "")})
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "health.toml", state,
+                       [hgx_node("gpu[001-016]", "h100-535-ecc", None)],
+                       {"drain_backend": "pyslurm"})
+    monkeypatch.setenv(siteconfig.CONFIG_ENV, str(cfg))
+    monkeypatch.setenv("PATH", env["PATH"])
+    nodes = {"gpu007": ("MIXED", None), "gpu008": ("IDLE", None)}
+    mod = fake_pyslurm(mocker, nodes)
+    rc = hooks.run_hook("prolog", env={"SLURMD_NODENAME": "gpu007", "SLURM_JOB_ID": "9"})
+    assert rc == 1
+    reason = "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors"
+    mod.Node.assert_called_once_with(state="DRAIN", reason=reason)
+    assert nodes["gpu007"] == ("IDLE+DRAIN", reason) and nodes["gpu008"] == ("IDLE", None)
+    assert scontrol_calls(env) == []
+
+
+# --- burn-in: release a node we drained into a maintenance reservation --------------------
+
+def test_burnin_releases_only_our_drains_and_remembers_them(slurm, tmp_path) -> None:
+    env = slurm({"n1": ("IDLE+DRAIN", "slurmfabric: pairs: every pair with n1 is at 50 %"),
+                 "n2": ("IDLE+DRAIN", "admin: cable swap"), "n3": ("IDLE", "")})
+    assert drain.release_for_burnin("n2", state_dir=tmp_path) == (
+        drain.KEPT_FOREIGN, "admin: cable swap")
+    assert drain.release_for_burnin("n3", state_dir=tmp_path)[0] == drain.NOT_DRAINED
+    assert not any(c[0] == "update" for c in scontrol_calls(env))
+    out, reason = drain.release_for_burnin("n1", state_dir=tmp_path)
+    assert out == drain.RELEASED and reason.startswith("slurmfabric: pairs:")
+    assert slurm_nodes(env)["n1"] == {"state": "IDLE", "reason": ""}
+    assert slurm_nodes(env)["n2"] == {"state": "IDLE+DRAIN", "reason": "admin: cable swap"}
+    assert drain.in_burnin("n1", tmp_path) and not drain.in_burnin("n2", tmp_path)
+    assert drain.finish_burnin("n1", tmp_path) is True
+    assert drain.remembered("n1", tmp_path) is None
+    assert drain.finish_burnin("n1", tmp_path) is False
