@@ -32,6 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--srun-arg", action="append", default=[], help="extra srun argument")
     s.add_argument("--sbatch-arg", action="append", default=[], help="extra #SBATCH argument")
     s.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    s.add_argument("--burn-in", metavar="RESERVATION",
+                   help="burn-in gate: run in this maintenance reservation (it keeps user jobs "
+                   "off); nodes slurmfabric drained are resumed into it first (Slurm runs no "
+                   "job on a drained node) and remembered; nodes someone else drained refuse")
+    s.add_argument("--state-dir", help="drain state directory (as for 'pairs report')")
     r = sub.add_parser("report", help="matrix, outliers and suspects from a results directory")
     r.add_argument("results")
     r.add_argument("--json", action="store_true")
@@ -86,11 +91,15 @@ def _submit(args: argparse.Namespace) -> int:
     from slurmfabric.validate.pairs import render_script, write_plan
 
     plan = _plan(args)
+    if args.burn_in:
+        plan.sbatch_args.append(f"--reservation={args.burn_in}")
     script = render_script(plan)
     if args.dry_run:
         print(f"# command: {' '.join(slurmcmd.sbatch_command())} < script")
         print(script, end="")
         return 0
+    if args.burn_in:
+        _release_for_burnin(plan.nodes, args.burn_in, args.state_dir)
     write_plan(plan)
     (plan.results / "sweep.sbatch").write_text(script)
     job = slurmcmd.sbatch(script, workdir=plan.results)
@@ -99,20 +108,61 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release_for_burnin(nodes: list[str], reservation: str, state_dir: str | None) -> None:
+    """Resume the nodes slurmfabric drained into the maintenance reservation; refuse (before
+    changing anything) when a node carries someone else's drain reason."""
+    from slurmfabric import slurmcmd
+    from slurmfabric.errors import SlurmCommandError
+    from slurmfabric.health import drain as drain_mod
+
+    try:
+        slurmcmd.show("reservation", reservation)
+    except SlurmCommandError as exc:
+        raise UsageError(f"--burn-in {reservation}: no such reservation ({exc})", hint=(
+            f"create it first, e.g. scontrol create reservation ReservationName={reservation} "
+            "Nodes=... Users=root StartTime=now Duration=120 Flags=MAINT,IGNORE_JOBS")) from exc
+    foreign = []
+    for node in nodes:
+        record = slurmcmd.node(node)
+        flags = slurmcmd.node_state_flags(record.get("State", ""))
+        reason = drain_mod.current_reason(record)
+        if flags & {"DRAIN", "DRAINED", "DRAINING"} and not (
+                drain_mod.is_ours(reason) or drain_mod.in_burnin(node, state_dir)
+                or (reason in drain_mod.SLURM_HOOK_REASONS
+                    and drain_mod.remembered(node, state_dir) is not None)):
+            foreign.append(f"{node} ({reason or 'no reason'})")
+    if foreign:
+        raise UsageError(
+            f"--burn-in: drained by someone else, left alone: {', '.join(foreign)}",
+            hint="Slurm runs no job on a drained node: leave these out of --nodes, or resume "
+            "them yourself if they are ready to test")
+    for node in nodes:
+        out, reason = drain_mod.release_for_burnin(node, state_dir=state_dir)
+        if out == drain_mod.RELEASED:
+            print(f"burn-in {node}: resumed into reservation {reservation} (was: {reason})")
+
+
 def _gate(args, analysis) -> list[str]:
-    """Drain suspects / resume passing nodes through the health module's rules."""
+    """Drain suspects / resume passing nodes through the health module's rules. A node in
+    burn-in (released by 'pairs submit --burn-in') is drained again if it fails, and its
+    record ends if it passes (it is already running jobs)."""
     from slurmfabric.health import drain as drain_mod
 
     lines = []
-    if args.drain:
-        for node in analysis.suspect_nodes:
+    for node in analysis.suspect_nodes:
+        if args.drain or (args.resume_passing and drain_mod.in_burnin(node, args.state_dir)):
             detail = next((m for m in analysis.messages if f" {node} " in f" {m} "), "slow")
             out = drain_mod.drain(node, "pairs", detail, state_dir=args.state_dir)
             lines.append(f"drain {node}: {out.outcome} {out.detail}".rstrip())
     if args.resume_passing:
         for node in analysis.passing_nodes:
-            resumed = drain_mod.resume_if_ours(node, state_dir=args.state_dir)
-            lines.append(f"resume {node}: {'resumed' if resumed else 'left as is'}")
+            if drain_mod.resume_if_ours(node, state_dir=args.state_dir):
+                lines.append(f"resume {node}: resumed")
+            elif drain_mod.finish_burnin(node, args.state_dir):
+                lines.append(f"resume {node}: passed burn-in, back in service "
+                             "(delete the reservation to open it to users)")
+            else:
+                lines.append(f"resume {node}: left as is")
     return lines
 
 

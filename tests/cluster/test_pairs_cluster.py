@@ -90,3 +90,96 @@ def test_pair_sweep_finds_the_degraded_node(cluster, tmp_path):
     table = cluster.run(_cli("pairs", "report", str(results)), check=False)
     print(table.stdout)  # the report table, for the issue note (pytest -s)
     assert f"every pair with {bad}" in table.stdout
+
+
+# --- the gate: drain the suspect, keep an admin's reason, burn-in resumes the repaired node --
+
+ADMIN_REASON = "admin: cable swap"
+RESERVATION = "sf_pairs_burnin"
+
+
+def _sweep(cluster, nodes: list[str], results, degraded: dict[str, float], *extra: str):
+    env = {"SLURMFABRIC_FAKEBW": json.dumps(degraded), "SLURMFABRIC_FAKEBW_SECONDS": "1"}
+    fake = f"{sys.executable} -m slurmfabric.validate.fakebw -b 256M -e 8G -f 2 -g 1"
+    sub = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes), "--results",
+                           str(results), "--partition", cluster.partition, "--time", "5",
+                           "--command", fake, *extra), env=env)
+    job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
+    state = cluster.wait(job_id, timeout=240)
+    assert state == "COMPLETED", "".join(p.read_text() for p in results.glob("job-*.out"))
+    return sub
+
+
+def _restore(cluster, nodes: list[str]) -> None:
+    """Leave every node idle and undrained for the other tests, whatever happened here."""
+    cluster.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
+    for node in nodes:
+        state, reason = cluster.node_state(node)
+        if "DRAIN" in state and (reason.startswith("slurmfabric: pairs:")
+                                 or reason.startswith(ADMIN_REASON)):
+            cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+    cluster.testbed.wait_idle(60)
+
+
+def test_gate_drains_the_suspect_and_burn_in_resumes_only_it(cluster, tmp_path, request):
+    nodes = cluster.nodes
+    bad, admin = nodes[2], nodes[3]
+    state_dir = tmp_path / "drain-state"
+    gate_args = ("--state-dir", str(state_dir))
+    request.addfinalizer(lambda: _restore(cluster, nodes))
+
+    # 1. Sweep with one degraded node; --drain drains exactly that node, with our reason.
+    first = tmp_path / "sweep1"
+    _sweep(cluster, nodes, first, {bad: DEGRADED})
+    before = {n: cluster.node_state(n) for n in nodes}
+    assert all("DRAIN" not in s for s, _ in before.values()), before
+    rep = cluster.run(_cli("pairs", "report", str(first), "--drain", *gate_args), check=False)
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    assert f"drain {bad}: drained" in rep.stdout
+    state, reason = cluster.node_state(bad)
+    assert "DRAIN" in state.split("+")
+    assert reason.startswith(f"slurmfabric: pairs: every pair with {bad} is at 50 %"), reason
+    assert {n: cluster.node_state(n) for n in nodes if n != bad} == {
+        n: v for n, v in before.items() if n != bad}
+
+    # 2. An admin drains another node by hand; --drain again changes nothing, and
+    #    --resume-passing leaves the admin's node (it passed the sweep) drained.
+    cluster.run(["scontrol", "update", f"NodeName={admin}", "State=DRAIN",
+                 f"Reason={ADMIN_REASON}"])
+    rep = cluster.run(_cli("pairs", "report", str(first), "--drain", "--resume-passing",
+                           *gate_args), check=False)
+    assert f"drain {bad}: already" in rep.stdout and f"resume {admin}: left as is" in rep.stdout
+    assert cluster.node_state(admin)[1].startswith(ADMIN_REASON)
+    assert "DRAIN" in cluster.node_state(bad)[0]
+
+    # 3. Burn-in in a maintenance reservation (Slurm runs no job on a DRAIN node, not even
+    #    in a reservation). A node someone else drained is refused, and nothing changes.
+    cluster.run(["scontrol", "create", "reservation", f"ReservationName={RESERVATION}",
+                 f"Nodes={','.join(nodes)}", "Users=root", "StartTime=now", "Duration=30",
+                 "Flags=MAINT,IGNORE_JOBS"])
+    refused = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes), "--results",
+                               str(tmp_path / "refused"), "--burn-in", RESERVATION,
+                               *gate_args), check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"{admin} ({ADMIN_REASON}" in refused.stderr
+    assert "DRAIN" in cluster.node_state(bad)[0] and "DRAIN" in cluster.node_state(admin)[0]
+
+    # 4. The burn-in sweep over the nodes that may run (the repaired one resumed into the
+    #    reservation, remembered), no degraded node: the gate ends its burn-in; the admin's
+    #    node keeps its drain and reason.
+    second = tmp_path / "sweep2"
+    ready = [n for n in nodes if n != admin]
+    sub = _sweep(cluster, ready, second, {}, "--burn-in", RESERVATION, *gate_args)
+    assert f"burn-in {bad}: resumed into reservation {RESERVATION}" in sub.stdout
+    rep = cluster.run(_cli("pairs", "report", str(second), "--json", "--drain",
+                           "--resume-passing", *gate_args), check=False)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    data = json.loads(rep.stdout)
+    assert data["suspect_nodes"] == [] and data["execution_problems"] == []
+    assert f"resume {bad}: passed burn-in, back in service" in " | ".join(data["gate"])
+    assert not any(line.startswith("drain ") for line in data["gate"])
+    state, reason = cluster.node_state(bad)
+    assert "DRAIN" not in state and reason == ""
+    assert not (state_dir / f"drain-{bad}.json").exists()
+    state, reason = cluster.node_state(admin)
+    assert "DRAIN" in state.split("+") and reason.startswith(ADMIN_REASON)
