@@ -82,7 +82,8 @@ def _resume(args: argparse.Namespace) -> int:
                 print(f"{node}: checks still fail, left drained: {why}")
                 failed += 1
                 continue
-        if drain.resume_if_ours(node, state_dir=cfg.state_dir):
+        if drain.resume_if_ours(node, state_dir=cfg.state_dir,
+                                backend=str(cfg.runner["drain_backend"])):
             print(f"{node}: resumed (was: {reason})")
         elif reason:
             print(f"{node}: not drained by slurmfabric, left alone (reason: {reason})")

@@ -93,7 +93,8 @@ def run_hook(hook: str, config: str | None = None,
                         breaker_min_nodes=int(cfg.runner["breaker_min_nodes"]),
                         retries=int(cfg.runner["drain_retries"]),
                         retry_s=float(cfg.runner["drain_retry_s"]),
-                        state_dir=cfg.state_dir)
+                        state_dir=cfg.state_dir,
+                        backend=str(cfg.runner["drain_backend"]))
                     if outcome.outcome == drain.BREAKER:
                         exit_code = 0  # fail-open: Slurm would drain it as "Prolog error"
             else:
@@ -120,7 +121,8 @@ def _clear_stale(cfg: siteconfig.SiteConfig, node: str, started: float) -> None:
         return
     if cfg.runner.get("auto_resume"):
         try:
-            drain.resume_if_ours(node, state_dir=cfg.state_dir)
+            drain.resume_if_ours(node, state_dir=cfg.state_dir,
+                                 backend=str(cfg.runner["drain_backend"]))
         except Exception:  # never let a resume attempt fail a healthy hook
             return
     elif float(record.get("time", 0)) < started:

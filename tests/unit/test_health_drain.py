@@ -279,8 +279,9 @@ def test_hook_with_pyslurm_absent_still_exits_1_and_keeps_the_reason(
     assert scontrol_calls(env) == []  # no silent fallback to scontrol
 
 
+@pytest.mark.parametrize("how", ["env", "--config"])
 def test_hook_drains_through_pyslurm_when_configured(mocker, slurm, tmp_path,
-                                                     monkeypatch) -> None:
+                                                     monkeypatch, how) -> None:
     from slurmfabric.health import hooks
 
     env = slurm({"gpu007": ("IDLE", "")})
@@ -288,11 +289,15 @@ def test_hook_drains_through_pyslurm_when_configured(mocker, slurm, tmp_path,
     cfg = write_config(tmp_path / "health.toml", state,
                        [hgx_node("gpu[001-016]", "h100-535-ecc", None)],
                        {"drain_backend": "pyslurm"})
-    monkeypatch.setenv(siteconfig.CONFIG_ENV, str(cfg))
+    if how == "env":
+        monkeypatch.setenv(siteconfig.CONFIG_ENV, str(cfg))
+    else:  # an explicit config path, no environment variable: the backend must follow it
+        monkeypatch.delenv(siteconfig.CONFIG_ENV, raising=False)
     monkeypatch.setenv("PATH", env["PATH"])
     nodes = {"gpu007": ("MIXED", None), "gpu008": ("IDLE", None)}
     mod = fake_pyslurm(mocker, nodes)
-    rc = hooks.run_hook("prolog", env={"SLURMD_NODENAME": "gpu007", "SLURM_JOB_ID": "9"})
+    rc = hooks.run_hook("prolog", config=str(cfg) if how == "--config" else None,
+                        env={"SLURMD_NODENAME": "gpu007", "SLURM_JOB_ID": "9"})
     assert rc == 1
     reason = "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors"
     mod.Node.assert_called_once_with(state="DRAIN", reason=reason)
