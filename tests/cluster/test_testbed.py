@@ -91,3 +91,22 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[-1].split()[0] != "Z" and os.path.exists(f"/proc/{pid}")
+
+
+def test_up_on_a_stopped_state_dir_reuses_its_saved_settings(cluster: Cluster):
+    """`testbed up --state-dir X` without options restarts X as configured, not on defaults."""
+    state = Path(tempfile.mkdtemp(prefix="sf-testbed-", dir="/var/tmp"))
+    state.chmod(0o755)
+    base = ["slurmfabric", "testbed"]
+    opts = ["--state-dir", str(state)]
+    cluster.run([*base, "up", *opts, "-n", "1", "--prefix", "sfz", "--ctld-port", "17717",
+                 "--node-port-base", "17801", "--addr-prefix", "127.0.76."])
+    cluster.run([*base, "down", *opts])
+    try:
+        out = cluster.run([*base, "up", *opts]).stdout
+        assert "1 idle nodes" in out
+        conf = (state / "etc" / "slurm.conf").read_text()
+        assert "SlurmctldPort=17717" in conf and "NodeName=sfz1 " in conf
+    finally:
+        cluster.run([*base, "down", *opts])
+    assert idle_nodes(cluster) == {n: "idle" for n in cluster.nodes}
