@@ -48,25 +48,20 @@ def parse_parsable_jobid(text: str) -> JobId:
     return JobId(job, cluster or None)
 
 
-def run(
+def _execute(
     cmd: list[str],
-    timeout: float = 30,
-    input: str | None = None,
-    env: dict[str, str] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    error: type[SlurmCommandError] = SlurmCommandError,
-) -> str:
-    """Run a Slurm command and return its stdout; raise ``error`` quoting stderr verbatim."""
+    timeout: float,
+    input: str | None,
+    env: dict[str, str] | None,
+    cwd: str | os.PathLike[str] | None,
+    error: type[SlurmCommandError],
+) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm command; a missing binary, a timeout or a non-zero exit raise ``error``
+    quoting the command's own text verbatim."""
     try:
         proc = subprocess.run(
-            cmd,
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=cwd,
-            check=False,
+            cmd, input=input, capture_output=True, text=True, timeout=timeout,
+            env=env, cwd=cwd, check=False,
         )
     except FileNotFoundError as exc:
         raise error(
@@ -78,7 +73,19 @@ def run(
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
         raise error(f"{cmd[0]} failed: {detail}")
-    return proc.stdout
+    return proc
+
+
+def run(
+    cmd: list[str],
+    timeout: float = 30,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    error: type[SlurmCommandError] = SlurmCommandError,
+) -> str:
+    """Run a Slurm command and return its stdout; raise ``error`` quoting stderr verbatim."""
+    return _execute(cmd, timeout, input, env, cwd, error).stdout
 
 
 def sbatch_command(args: list[str] | None = None) -> list[str]:
@@ -119,19 +126,9 @@ def sbatch_test_only(
 ) -> str:
     """Slurm's verdict on a script (``sbatch: Job N to start at ...``), which sbatch prints
     on stderr even on success; a refusal raises SubmitError quoting sbatch verbatim."""
-    cmd = sbatch_test_only_command(args)
-    try:
-        proc = subprocess.run(cmd, input=script_text, capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=workdir, check=False)
-    except FileNotFoundError as exc:
-        raise SubmitError("sbatch: command not found",
-                          hint="install Slurm's client commands or put them on PATH") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SubmitError(f"sbatch --test-only did not return within {timeout:g} s") from exc
-    text = (proc.stderr + proc.stdout).strip()
-    if proc.returncode != 0:
-        raise SubmitError(f"sbatch failed: {text or f'exit code {proc.returncode}'}")
-    return text
+    proc = _execute(sbatch_test_only_command(args), timeout, script_text, env, workdir,
+                    SubmitError)
+    return (proc.stderr + proc.stdout).strip()
 
 
 

@@ -32,6 +32,15 @@ def cluster() -> Cluster:
         testbed.down(log=lambda msg: None)
 
 
+@pytest.fixture
+def clean_sf_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SLURMFABRIC_* leaks in from the developer's shell; no /etc site defaults file."""
+    for name in list(os.environ):
+        if name.startswith("SLURMFABRIC_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and "cluster" in report.keywords and not report.skipped:
         _STATE["cluster_tests_run"] += 1

@@ -210,39 +210,24 @@ def route_to(
         ip = ipaddress.ip_address(address)
     except ValueError:
         return None, f"{address!r} is not an IP address"
+    # parse_ipv4 is as strict as ipaddress, so an IPv4 address never gets here.
     for dev in netdevs:
-        for cidr in dev.ipv4 + dev.ipv6:
+        for cidr in dev.ipv6:
             if ipaddress.ip_interface(cidr).ip == ip:
                 return dev.name, f"{address} is an address of {dev.name} (this node is the master)"
-    if ip.version == 6:
-        best6: tuple[int, str] | None = None
-        for dev in netdevs:
-            for cidr in dev.ipv6:
-                net = ipaddress.ip_interface(cidr).network
-                if (
-                    ip in net
-                    and not net.is_link_local
-                    and (best6 is None or net.prefixlen > best6[0])
-                ):
-                    best6 = (net.prefixlen, dev.name)
-        if best6:
-            return best6[1], f"{address} is on-link via {best6[1]} (/{best6[0]})"
-        return None, f"no IPv6 on-link prefix reaches {address}"
-    best: tuple[int, int, Route] | None = None
-    for route in routes:
-        net = ipaddress.IPv4Network(f"{route.destination}/{route.mask}", strict=False)
-        if ip in net:
-            key = (net.prefixlen, -route.metric)
-            if best is None or key > best[:2]:
-                best = (net.prefixlen, -route.metric, route)
-    if best is None:
-        return None, f"no route in /proc/net/route reaches {address}"
-    route = best[2]
-    via = f"via gateway {route.gateway}" if route.gateway != "0.0.0.0" else "on-link"
-    return (
-        route.iface,
-        f"route {route.destination}/{best[0]} {via} on {route.iface} reaches {address}",
-    )
+    best6: tuple[int, str] | None = None
+    for dev in netdevs:
+        for cidr in dev.ipv6:
+            net = ipaddress.ip_interface(cidr).network
+            if (
+                ip in net
+                and not net.is_link_local
+                and (best6 is None or net.prefixlen > best6[0])
+            ):
+                best6 = (net.prefixlen, dev.name)
+    if best6:
+        return best6[1], f"{address} is on-link via {best6[1]} (/{best6[0]})"
+    return None, f"no IPv6 on-link prefix reaches {address}"
 
 
 def _route_to_v4(

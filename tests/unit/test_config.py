@@ -16,14 +16,8 @@ BASE = ["launcher.type=srun", "job.ntasks_per_node=2", 'program.command=["hostna
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No SLURMFABRIC_* leaks in from the developer's shell; no /etc site file."""
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("SLURMFABRIC_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
+def _clean_env(clean_sf_env: None) -> None:
+    """Every test here starts from a clean SLURMFABRIC_* environment."""
 
 
 def write(path: Path, text: str) -> Path:

@@ -27,13 +27,8 @@ SF = "/opt/slurm fabric/bin/slurmfabric"  # a path with a space: must stay one w
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("SLURMFABRIC_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
+def _clean_env(clean_sf_env: None) -> None:
+    """Every test here starts from a clean SLURMFABRIC_* environment."""
 
 
 def config_for(launcher: str, *extra: str):

@@ -29,11 +29,8 @@ SETS = ["launcher.type=srun", "job.nodes=2", "job.gpus_per_node=8", "job.partiti
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("SLURMFABRIC_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
+def _clean_env(clean_sf_env: None) -> None:
+    """Every test here starts from a clean SLURMFABRIC_* environment."""
 
 
 @pytest.fixture
