@@ -2,7 +2,9 @@
 
 Runs each command N times in subprocesses (same venv) and prints medians and ratios for
 a 2-node and a 10,000-node SLURM_JOB_NODELIST, and for the 2-node case on a GPU/RDMA node
-where the fabric plan runs: SLURMFABRIC_SYSFS_ROOT points at the 8-GPU H100 fixture tree
+where the fabric plan runs, also as a torchrun worker (``launch --mode torchrun`` under
+torchrun's variables) and as an Open MPI rank (``launch --mode mpi``): the cost each worker
+or rank pays for its plan and binding. SLURMFABRIC_SYSFS_ROOT points at the 8-GPU H100 fixture tree
 (tests/fakesysfs.py + tests/fixtures/topology/nodes.py). With that variable set, env and
 launch always discover and plan (the /dev/nvidiactl + /sys/class/infiniband gate is only
 for the real root), and the script checks that NCCL_IB_HCA really came out. Bytecode is
@@ -104,6 +106,19 @@ def main() -> None:
             )
             for name, args in (("env", ["env"]), ("launch -- true", ["launch", "--", "true"]))
         ]
+        worker = {**planned, "TORCHELASTIC_RUN_ID": "bench-4242", "MASTER_ADDR": "10.1.0.2",
+                  "MASTER_PORT": "29500", "RANK": "8", "LOCAL_RANK": "0", "WORLD_SIZE": "16",
+                  "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+        rank = {**planned, "OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_SIZE": "16",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
+                "SLURMD_NODENAME": "gpu002", "SLURMFABRIC_ALLOW_LOOPBACK": "1"}
+        for label, mode, env in (("torchrun worker", "torchrun", worker),
+                                 ("Open MPI rank", "mpi", rank)):
+            probe = subprocess.run([*entry, "launch", "--mode", mode, "--print", "--", "true"],
+                                   env=env, capture_output=True, text=True).stdout
+            assert "# binding: local_rank=0 gpu=0 nic=mlx5_0:1" in probe, probe
+            rows.append((f"launch -- true ({label}, plan)",
+                         [*entry, "launch", "--mode", mode, "--", "true"], env))
         bare, *results = medians_ms([([PY, "-c", "pass"], two)] + [(c, e) for _, c, e in rows])
         print(f"entry point: {' '.join(entry)}; medians of {N} interleaved rounds")
         print(f"{'python -c pass':44} {bare:6.1f} ms")

@@ -1,7 +1,9 @@
 """Smoke test for a multi-node launch: a gloo all_reduce of rank+1 on CPU.
 
-Every rank prints one JSON line: rank, local_rank, world_size, node (SLURMD_NODENAME) and
-the all_reduce sum, which must be world_size * (world_size + 1) / 2 on every rank.
+Every rank prints one JSON line: rank, local_rank, world_size, node (SLURMD_NODENAME), the
+all_reduce sum, which must be world_size * (world_size + 1) / 2 on every rank, and what
+`slurmfabric launch` gave this rank: its CPUs (sched_getaffinity), memory node, nearest
+rail NIC and the NCCL variables.
 Reads the standard torch.distributed variables (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT) that torchrun or `slurmfabric launch` set.
 """
@@ -18,6 +20,10 @@ import torch
 import torch.distributed as dist
 
 
+SHOWN = ("SLURMFABRIC_NIC", "SLURMFABRIC_MEM_NODE", "NCCL_NET", "NCCL_IB_HCA",
+         "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE")
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -29,6 +35,8 @@ def main() -> None:
         "world_size": world_size,
         "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
         "sum": int(value.item()),
+        "cpus": sorted(os.sched_getaffinity(0)),
+        **{name: os.environ.get(name) for name in SHOWN},
     })
     # One write per line: ranks share the step's output pipe.
     sys.stdout.write(record + "\n")

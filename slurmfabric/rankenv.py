@@ -15,12 +15,22 @@ Scopes (``mode="auto"`` picks one):
   variables, so a bare ``torchrun train.py`` joins the right rendezvous.
 * ``job``: the batch shell (no SLURM_STEP_ID): job-level values only, so that a script can
   ``eval "$(slurmfabric env)"`` once and pass ``$MASTER_ADDR:$MASTER_PORT`` to torchrun.
-* ``worker``: already under torchrun (TORCHELASTIC_RUN_ID set): torchrun's values are kept.
+* ``worker``: already under torchrun (TORCHELASTIC_RUN_ID set; ``auto`` or ``torchrun``, so
+  the template's ``torchrun ... slurmfabric launch --mode torchrun`` worker gets the plan and
+  binding of its LOCAL_RANK): torchrun's values are kept.
+* ``mpi``: a rank started by an MPI launcher (``mpirun``/``mpiexec``): RANK, LOCAL_RANK and
+  the sizes come from the MPI's own variables (Open MPI ``OMPI_COMM_WORLD_*``, MPICH and
+  Intel MPI Hydra ``PMI_RANK``/``MPI_LOCALRANKID``, MVAPICH2 ``MV2_COMM_WORLD_*``), because
+  the Slurm variables such a rank inherits describe the launcher's daemon step, not the rank.
+  Ranks started by ``srun --mpi=pmix|pmi2`` are Slurm tasks: their SLURM_* values are right.
 
 MASTER_ADDR is the first node of the step's node list, found without expanding the list.
 MASTER_PORT is a CRC-32 of (cluster, job id, het group, step) folded into a port range
 (default 20000-29999), so two jobs sharing a node differ unless the hash collides
 (1 in 10,000) — unlike ``job_id % 10000`` schemes, where jobs 10,000 apart always collide.
+The batch shell then checks that port on the first node and moves on if another job holds
+it (slurmfabric/ports.py); steps and MPI ranks of the same job whose first node is that node
+adopt the published port, so a checked port is what the ranks use.
 """
 
 from __future__ import annotations
@@ -46,10 +56,20 @@ if TYPE_CHECKING:
 DEFAULT_PORT_RANGE = (20000, 29999)
 MARKER = "SLURMFABRIC_ENV_SET"  # "KEY=VALUE ..." that slurmfabric itself exported
 MARKER_JOB = "SLURMFABRIC_ENV_JOB"  # the job those values belong to
-MODES = ("auto", "srun", "torchrun")
+MODES = ("auto", "srun", "torchrun", "mpi")
+# (rank, size, local rank, local size) as each MPI launcher exports them to its ranks:
+# Open MPI mpirun/prterun (ompi mpirun(1) "Exported Environment Variables"), MVAPICH2,
+# MPICH/Intel MPI Hydra (PMI_RANK/PMI_SIZE, MPI_LOCALRANKID/MPI_LOCALNRANKS).
+MPI_VARS = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+     "MV2_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+)
 _SPECIAL_STEP_MIN = 0xFFFFFFF0  # batch/extern/interactive steps are numbered up here
 _FIELDS = {  # name -> default (None: required)
-    "scope": None,  # "task", "node", "job" or "worker"
+    "scope": None,  # "task", "node", "job", "worker" or "mpi"
     "job_id": None,
     "step_id": None,
     "master_host": None,
@@ -126,9 +146,15 @@ class RankEnv:
         body = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
         return f"RankEnv({body})"
 
+    def replace(self, **changes: object) -> RankEnv:
+        """A copy with some fields changed (the record itself is frozen)."""
+        values = {name: getattr(self, name) for name in _FIELDS}
+        values.update(changes)
+        return RankEnv(**values)
+
     def variables(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        if self.scope in ("task", "worker"):
+        if self.scope in ("task", "worker", "mpi"):
             out.update(
                 RANK=str(self.rank),
                 LOCAL_RANK=str(self.local_rank),
@@ -240,8 +266,12 @@ def resolve(
         )
         port_range = parse_port_range(text) if text else DEFAULT_PORT_RANGE
 
-    if mode == "auto" and env.get("TORCHELASTIC_RUN_ID"):
+    if mode in ("auto", "torchrun") and env.get("TORCHELASTIC_RUN_ID"):
         return _worker(env, policy, port_range)
+    mpi_vars = _mpi_family(env)
+    if mpi_vars is not None and mode in ("auto", "mpi"):
+        return _mpi(env, mpi_vars, policy, port_range, previous if same_job else {},
+                    node_addr, iface_addr)
     job_id = _need(env, "SLURM_JOB_ID", "SLURM_JOBID")
     step_id = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
     if step_id and step_id.isdigit() and int(step_id) >= _SPECIAL_STEP_MIN:
@@ -250,6 +280,13 @@ def resolve(
         raise RankEnvError(
             "--mode srun needs an srun step, but SLURM_STEP_ID is not set (batch shell?)",
             "in the batch script run: srun slurmfabric launch -- python train.py",
+        )
+    if mode == "mpi" and step_id is None:
+        raise RankEnvError(
+            "--mode mpi needs MPI rank variables (OMPI_COMM_WORLD_RANK, PMI_RANK with "
+            "MPI_LOCALRANKID, MV2_COMM_WORLD_RANK) or an srun step, but neither is set",
+            "in the batch script run: srun slurmfabric launch -- python train.py, or "
+            "mpirun slurmfabric launch --mode mpi -- ./app",
         )
     scope = "job" if step_id is None else ("node" if mode == "torchrun" else "task")
 
@@ -276,6 +313,8 @@ def resolve(
     # step id already name one step, and a step spanning components must agree on it.
     het = env.get("SLURM_HET_JOB_OFFSET", "") if step_id is None else ""
     port = port_for(f"{cluster}/{job_id}/{het}/{step_id or 'job'}", port_range)
+    if step_id is not None:
+        port = _published_port(previous if same_job else {}, master_host, port)
     rdzv_id = _rdzv_id(env, cluster, job_id)
 
     if (
@@ -364,6 +403,85 @@ def resolve(
         local_world_size=local_world,
         notes=tuple(notes),
         **common,
+    )
+
+
+def _published_port(previous: dict[str, str], master_host: str, port: int) -> int:
+    """The port the batch shell checked and published, when this step has its master."""
+    text = previous.get("MASTER_PORT", "")
+    if previous.get("MASTER_HOST") == master_host and text.isdigit():
+        return int(text)
+    return port
+
+
+def _mpi_family(env: Mapping[str, str]) -> tuple[str, str, str, str] | None:
+    for family in MPI_VARS:
+        if env.get(family[0]) and (family[0] != "PMI_RANK" or env.get(family[2])):
+            return family  # PMI_RANK alone is Slurm's own pmi2 plugin: a Slurm task
+    return None
+
+
+def _mpi(
+    env: Mapping[str, str],
+    family: tuple[str, str, str, str],
+    policy: str,
+    port_range: tuple[int, int],
+    previous: dict[str, str],
+    node_addr: Callable[[str], str] | None,
+    iface_addr: Callable[[str], str] | None,
+) -> RankEnv:
+    """A rank of an MPI launcher: ranks from the MPI, job-level master from the batch shell."""
+    rank, world, local, local_world = (_int(env, name) for name in family)
+    if rank >= world:
+        raise RankEnvError(f"{family[0]}={rank} is not below {family[1]}={world}")
+    if local >= local_world:
+        raise RankEnvError(f"{family[2]}={local} is not below {family[3]}={local_world}")
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    cluster = env.get("SLURM_CLUSTER_NAME", "")
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    here = env.get("SLURMD_NODENAME", "")
+    try:
+        master_host = previous.get("MASTER_HOST") or (
+            hostlist.first(nodelist) if nodelist else _need(env, "MASTER_ADDR")
+        )
+        node_rank = hostlist.index(nodelist, here) if nodelist and here else None
+    except hostlist.HostlistError as error:
+        raise RankEnvError(f"SLURM_JOB_NODELIST: {error}") from None
+    het = env.get("SLURM_HET_JOB_OFFSET", "")
+    port = _published_port(previous, master_host,
+                           port_for(f"{cluster}/{job_id}/{het}/job", port_range))
+    if previous.get("MASTER_HOST") == master_host and previous.get("MASTER_ADDR"):
+        master_addr = previous["MASTER_ADDR"]
+    elif nodelist:
+        master_addr = master_address(master_host, policy, env, node_addr, iface_addr)
+    else:
+        master_addr = master_host
+    if is_loopback(master_addr) and env.get("SLURMFABRIC_ALLOW_LOOPBACK") != "1":
+        raise RankEnvError(
+            f"MASTER_ADDR would be the loopback address {master_addr!r} (policy {policy}, "
+            f"first node {master_host})",
+            LOOPBACK_HINT,
+        )
+    nnodes_text = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
+    nnodes = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES") if nnodes_text else max(
+        1, world // max(local_world, 1))
+    return RankEnv(
+        scope="mpi",
+        job_id=job_id or "mpi",
+        step_id=env.get("SLURM_STEP_ID"),
+        master_host=master_host,
+        master_addr=master_addr,
+        master_port=port,
+        rdzv_id=_rdzv_id(env, cluster, job_id or "mpi"),
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rank=rank,
+        local_rank=local,
+        world_size=world,
+        local_world_size=local_world,
+        addr_policy=policy,
+        port_range=port_range,
+        notes=(f"MPI rank: ranks from {family[0]} and its family",),
     )
 
 

@@ -88,10 +88,31 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def default_slurmfabric_bin() -> str:
-    """The ``slurmfabric`` next to the running interpreter (a venv), else from PATH."""
+def local_slurmfabric_bin() -> str:
+    """The ``slurmfabric`` next to the running interpreter (a venv), else from PATH: what
+    ``--embed-bin`` writes into a script. Compute nodes rarely have this path."""
     candidate = Path(sys.executable).parent / "slurmfabric"
     return str(candidate) if candidate.is_file() else "slurmfabric"
+
+
+def node_bin(config: JobConfig, override: Optional[str] = None) -> str:
+    """The slurmfabric command the script runs on the nodes: never a login-node path unless
+    given (``override``/--embed-bin or ``launcher.slurmfabric``); else from their PATH."""
+    return override or config.launcher.slurmfabric or "slurmfabric"
+
+
+def login_only_path(path: str) -> Optional[str]:
+    """Why ``path`` is unlikely to exist on compute nodes (under a home or a git clone)."""
+    if not path.startswith("/"):
+        return None
+    home = str(Path.home())
+    resolved = Path(path).resolve()
+    for parent in (resolved, *resolved.parents):
+        if (parent / ".git").exists():
+            return f"it lies in the clone {parent}"
+    if home not in ("/", "") and (path + "/").startswith(home.rstrip("/") + "/"):
+        return f"it lies under the home directory {home}"
+    return None
 
 
 def config_json(config: JobConfig) -> str:
@@ -109,6 +130,8 @@ def tasks_per_node(config: JobConfig) -> int:
     job = config.job
     if config.launcher.type == "torchrun":
         return 1
+    if config.launcher.type == "nccl-tests":
+        return job.ntasks_per_node or job.gpus_per_node // config.launcher.nccl_tests.gpus_per_rank
     return job.ntasks_per_node or job.gpus_per_node
 
 
@@ -119,19 +142,12 @@ def workers_per_node(config: JobConfig) -> int:
     return tasks_per_node(config)
 
 
-# What an explicit fabric.type means for NCCL on every node (NCCL env docs, FACTS section 5):
-# ib/roce: the IB verbs transport or fail (no silent fallback to sockets); tcp: sockets only.
-# efa and auto leave NCCL alone (aws-ofi-nccl / the per-node plan decide).
-FABRIC_NCCL = {
-    "ib": {"NCCL_NET": "IB"},
-    "roce": {"NCCL_NET": "IB"},
-    "tcp": {"NCCL_IB_DISABLE": "1"},
-}
-
-
 def nccl_exports(config: JobConfig) -> dict[str, str]:
-    """NCCL variables the script exports: fabric.type's meaning, then fabric.nccl on top."""
-    return {**FABRIC_NCCL.get(config.fabric.type, {}), **config.fabric.nccl}
+    """NCCL variables the script exports: fabric.type's meaning (plan/contract.py), then
+    fabric.nccl on top. Contradictions between the two were refused when the config loaded."""
+    from slurmfabric.plan.contract import job_env
+
+    return job_env(config.fabric.type, config.fabric.nccl)
 
 
 def sbatch_options(config: JobConfig) -> list[str]:
@@ -173,7 +189,9 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "launcher": config.launcher,
         "program": config.program,
         "fabric": config.fabric,
-        "sf": slurmfabric_bin or config.launcher.slurmfabric or default_slurmfabric_bin(),
+        "sf": node_bin(config, slurmfabric_bin),
+        "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
+                            for arg in config.launcher.mpirun_args),
         "tasks_per_node": tasks_per_node(config),
         "workers_per_node": workers_per_node(config),
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),

@@ -16,8 +16,9 @@ from slurmfabric import rankenv
 from slurmfabric.errors import UsageError
 
 USAGE = """\
-usage: slurmfabric env [--format export|json|dotenv] [--mode auto|srun|torchrun]
-                       [--addr-policy POLICY] [--port-range LOW-HIGH] [--check-port]
+usage: slurmfabric env [--format export|json|dotenv] [--mode auto|srun|torchrun|mpi]
+                       [--addr-policy POLICY] [--port-range LOW-HIGH] [--port N]
+                       [--fabric-type auto|ib|roce|efa|tcp] [--check-port]
                        [--override] [--no-plan]
 
 Print the rank environment of this Slurm task: export lines for
@@ -25,19 +26,26 @@ eval "$(slurmfabric env)", or --format json|dotenv.
 
   --format F        export (default), json or dotenv
   --mode M          auto (default): srun step -> one task per GPU, batch shell -> job-level
-                    values, under torchrun -> its values; srun: require a step;
-                    torchrun: one task per node that will run torchrun (PET_* variables)
+                    values, under torchrun or an MPI launcher -> their rank values;
+                    srun: require a step; torchrun: a torchrun worker (its LOCAL_RANK), or
+                    in a one-task-per-node step the node's torchrun values (PET_*);
+                    mpi: an MPI rank (OMPI_COMM_WORLD_*, PMI_RANK, MV2_COMM_WORLD_*)
   --addr-policy P   MASTER_ADDR from the first node: plain (default), suffix:-ib,
                     nodeaddr (Slurm's NodeAddr) or iface:NAME (only on the master node)
                     [env SLURMFABRIC_ADDR_POLICY]
   --port-range R    MASTER_PORT is hashed into R (default 20000-29999)
                     [env SLURMFABRIC_PORT_RANGE]
+  --port N          in the batch shell: try N first instead of the hash [env SLURMFABRIC_PORT]
+                    (the batch shell always moves on to the next port another job holds)
+  --fabric-type T   the job's fabric.type: tcp drops IB variables, ib/roce/efa fail on a
+                    node without such a rail [env SLURMFABRIC_FABRIC_TYPE, default auto]
   --check-port      on the master node, fail if MASTER_PORT is already in use
   --override        replace values the user already set (they are kept by default)
   --no-plan         no NCCL variables from the fabric plan [env SLURMFABRIC_NO_PLAN=1]
 """
 
-_VALUE_OPTIONS = ("--format", "--mode", "--addr-policy", "--port-range")
+_VALUE_OPTIONS = ("--format", "--mode", "--addr-policy", "--port-range", "--port",
+                  "--fabric-type")
 _FLAGS = ("--check-port", "--override", "--no-plan", "--print", "--no-bind")
 FORMATS = ("export", "json", "dotenv")
 
@@ -83,9 +91,35 @@ def resolve(opts: dict[str, object], environ: dict[str, str]) -> rankenv.RankEnv
         addr_policy=opts.get("--addr-policy"),  # type: ignore[arg-type]
         port_range=rankenv.parse_port_range(str(port_range)) if port_range else None,
     )
+    if rank_env.scope == "job":
+        rank_env = _checked_job_port(rank_env, opts, environ)
     if opts.get("--check-port"):
         check_port(rank_env, environ)
     return rank_env
+
+
+def _checked_job_port(rank_env: rankenv.RankEnv, opts: dict[str, object],
+                      environ: dict[str, str]) -> rankenv.RankEnv:
+    """In the batch shell on the master node: a port no other job holds (ports.py)."""
+    text = str(opts.get("--port") or environ.get("SLURMFABRIC_PORT") or "")
+    start = rank_env.master_port
+    if text:
+        if not text.isdigit() or not rank_env.port_range[0] <= int(text) <= \
+                rank_env.port_range[1]:
+            raise UsageError(
+                f"--port/SLURMFABRIC_PORT {text!r} is not a port inside the range "
+                "{}-{}".format(*rank_env.port_range),
+                "give a port inside --port-range / SLURMFABRIC_PORT_RANGE",
+            )
+        start = int(text)
+    here = environ.get("SLURMD_NODENAME")
+    if here != rank_env.master_host:
+        return rank_env.replace(master_port=start)  # not on the master: cannot check
+    from slurmfabric import ports
+
+    port, notes = ports.choose(start, rank_env.port_range, rank_env.job_id,
+                               rankenv.port_is_free)
+    return rank_env.replace(master_port=port, notes=(*rank_env.notes, *notes))
 
 
 def check_port(rank_env: rankenv.RankEnv, environ: dict[str, str]) -> None:
@@ -115,6 +149,16 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
     if environ.get("SLURMFABRIC_NO_PLAN") == "1":
         return None
     if not environ.get("SLURMFABRIC_SYSFS_ROOT") and not _has_accelerators():
+        if fabric_type(opts, environ) in ("ib", "roce", "efa"):
+            from slurmfabric.errors import RankEnvError
+
+            kind = fabric_type(opts, environ)
+            node = environ.get("SLURMD_NODENAME") or os.uname().nodename
+            raise RankEnvError(
+                f"fabric.type={kind} but node {node} has no GPU and no RDMA device "
+                "(/dev/nvidiactl and /sys/class/infiniband are absent)",
+                "run on a node with the fabric, or set fabric.type=auto or tcp",
+            )
         return None
     try:
         from slurmfabric.plan import make_plan, visible_gpus_from_env
@@ -122,13 +166,30 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
     except ImportError:  # the fabric plan is optional at this seam
         return None
     local = rank_env.local_world_size or rank_env.nproc_per_node or 1
-    return make_plan(
+    plan = make_plan(
         discover(plan_only=True),
         local,
         visible_gpus=visible_gpus_from_env(environ),
         master_addr=rank_env.master_addr,
         user_env=environ,
+        fabric_type=fabric_type(opts, environ),
+        node=environ.get("SLURMD_NODENAME") or os.uname().nodename,
     )
+    if plan.errors and not opts.get("--print"):
+        from slurmfabric.errors import RankEnvError
+
+        raise RankEnvError(
+            "; ".join(plan.errors),
+            "fix the node (slurmfabric topo --explain) or set fabric.type=auto to let "
+            "each node decide",
+        )
+    return plan
+
+
+def fabric_type(opts: dict[str, object], environ: dict[str, str]) -> str:
+    from slurmfabric.plan.contract import ENV_VAR, check_type
+
+    return check_type(str(opts.get("--fabric-type") or environ.get(ENV_VAR) or "auto"))
 
 
 def _has_accelerators() -> bool:

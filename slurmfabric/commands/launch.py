@@ -2,9 +2,12 @@
 
 Sets the rank (and NCCL) environment, applies this local rank's CPU/memory binding when a
 fabric plan exists, then ``execvpe``s the command: the program replaces this process, so
-signals and the exit code go straight to it and no wrapper stays behind. Used as
-``srun slurmfabric launch -- python train.py`` or as torchrun's worker with
-``torchrun --no-python ... slurmfabric launch -- python train.py``.
+signals and the exit code go straight to it and no wrapper stays behind. Every launcher's
+ranks come through here: ``srun slurmfabric launch -- python train.py`` (also with
+``--mpi=pmix``), torchrun's workers with ``torchrun --no-python ... slurmfabric launch
+--mode torchrun -- python train.py`` (each worker binds by its own LOCAL_RANK, again after
+every torchrun restart), and MPI ranks with ``mpirun ... slurmfabric launch --mode mpi --
+./app``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from slurmfabric.commands import env as env_cmd
 from slurmfabric.errors import UsageError
 
 USAGE = """\
-usage: slurmfabric launch [--mode auto|srun|torchrun] [--addr-policy POLICY]
-                          [--port-range LOW-HIGH] [--check-port] [--override]
-                          [--no-plan] [--no-bind] [--print] -- CMD [ARGS...]
+usage: slurmfabric launch [--mode auto|srun|torchrun|mpi] [--addr-policy POLICY]
+                          [--port-range LOW-HIGH] [--fabric-type TYPE] [--check-port]
+                          [--override] [--no-plan] [--no-bind] [--print] -- CMD [ARGS...]
 
 Set this task's rank and NCCL environment, bind it to its CPUs, and exec CMD.
 
@@ -40,9 +43,14 @@ def main(argv: list[str]) -> int:
     environ = dict(os.environ)
     rank_env, final, kept, plan = env_cmd.build(opts, environ)
     binding = _binding(plan, rank_env)
+    if binding is not None:
+        from slurmfabric.binding import binding_env
+
+        final.update(binding_env(binding, bound=not opts.get("--no-bind"),
+                                 nic=getattr(plan, "fabric", "tcp") != "tcp"))
     if opts.get("--print"):
         _print(final, kept, plan, binding, command, bool(opts.get("--no-bind")))
-        return 0
+        return 1 if getattr(plan, "errors", None) else 0
     if binding is not None and not opts.get("--no-bind"):
         from slurmfabric.binding import apply_binding
 
@@ -73,14 +81,23 @@ def _binding(plan: object, rank_env) -> object | None:
 
 def _print(final, kept, plan, binding, command, no_bind: bool) -> None:
     out = [env_cmd.render(final, kept, "export", plan).rstrip("\n")]
+    if plan is not None:
+        out.append(f"# fabric: type={plan.fabric_type} node={plan.fabric} ({plan.summary})")
+        out += [f"# note: {note}" for note in plan.notes]
+        out += [f"# slurmfabric: error: {error}" for error in plan.errors]
     if binding is None:
         out.append("# binding: none (no fabric plan for this node)")
     elif no_bind:
         out.append("# binding: skipped (--no-bind)")
     else:
-        cpus = getattr(binding, "cpus", ())
+        from slurmfabric._sysfs import format_cpulist
+
+        cpus = list(getattr(binding, "cpus", ()) or ())
+        gpu = getattr(binding, "gpu", None)
         out.append(
-            f"# binding: cpus={','.join(map(str, cpus)) or 'unchanged'} "
+            f"# binding: local_rank={getattr(binding, 'local_rank', '?')} "
+            f"gpu={getattr(gpu, 'index', None)} nic={getattr(binding, 'nic', None)} "
+            f"cpus={format_cpulist(cpus) or 'unchanged'} "
             f"mem_node={getattr(binding, 'mem_node', None)} ({getattr(binding, 'reason', '')})"
         )
     out.append("exec " + " ".join(env_cmd.quote(arg) for arg in command))

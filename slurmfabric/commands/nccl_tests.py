@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from slurmfabric._sysfs import Root
 from slurmfabric.errors import UsageError
 from slurmfabric.validate.nccl_tests import (
     TestRun,
@@ -37,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     how.add_argument("--rates", help="NIC port rates in Gb/s, comma-separated (400,400,...)")
     how.add_argument("--ports", type=int, help="number of NIC ports per node (with --port-rate)")
     how.add_argument("--discover", action="store_true",
-                     help="read ACTIVE port rates from this node's /sys/class/infiniband")
+                     help="expect the rate of the rails the plan picks on this node (ACTIVE "
+                     "ports near a GPU; storage/frontend NICs left out)")
     how.add_argument("--expect-busbw", type=float, help="minimum busbw in GB/s")
     parse_p.add_argument("--port-rate", type=float, default=400.0,
                          help="Gb/s per port with --ports (default 400)")
@@ -54,12 +54,13 @@ def _rates(args: argparse.Namespace) -> list[float] | None:
     if args.ports:
         return [args.port_rate] * args.ports
     if args.discover:
-        rates = discover_rates(Root(args.sysfs_root))
+        rates, names = discover_rates(args.sysfs_root)
         if not rates:
             raise UsageError(
-                "no ACTIVE RDMA port found under /sys/class/infiniband",
+                "no rail NIC found on this node (slurmfabric topo --explain says why)",
                 hint="pass --rates or --ports/--port-rate, or run on a node with RDMA NICs",
             )
+        print(f"rails: {', '.join(names)}", file=sys.stderr)
         return rates
     return None
 

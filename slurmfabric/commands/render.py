@@ -30,8 +30,29 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-script", metavar="SCRIPT",
                         help="re-render from the config embedded in a rendered script")
     parser.add_argument("--slurmfabric-bin", metavar="PATH",
-                        help="slurmfabric command used inside the script (default: the one "
-                        "next to this Python, else 'slurmfabric')")
+                        help="slurmfabric command the script runs on the compute nodes "
+                        "(default: launcher.slurmfabric, else 'slurmfabric' from their PATH)")
+    parser.add_argument("--embed-bin", action="store_true",
+                        help="write this machine's slurmfabric path into the script (only "
+                        "right when the compute nodes share it)")
+
+
+def chosen_bin(args: argparse.Namespace, config: Any) -> str | None:
+    """The --slurmfabric-bin/--embed-bin choice; warns when the path is login-node only."""
+    from slurmfabric import render
+
+    override = args.slurmfabric_bin
+    if args.embed_bin:
+        if override:
+            raise UsageError("--embed-bin and --slurmfabric-bin cannot be combined")
+        override = render.local_slurmfabric_bin()
+    path = render.node_bin(config, override)
+    why = render.login_only_path(path)
+    if why:
+        print(f"slurmfabric: warning: the script runs {path} on every node, but {why}; "
+              "compute nodes often lack it (set launcher.slurmfabric to a shared install, or "
+              "leave it unset to use the nodes' PATH)", file=sys.stderr)
+    return override
 
 
 def rerender_command(args: argparse.Namespace) -> str:
@@ -85,12 +106,13 @@ def main(argv: list[str]) -> int:
     from slurmfabric import render
 
     config = config_from_args(args)
+    sf = chosen_bin(args, config)
     if args.part == "env":
-        text = render.render_env_block(config, slurmfabric_bin=args.slurmfabric_bin)
+        text = render.render_env_block(config, slurmfabric_bin=sf)
     elif args.part == "launch":
-        text = render.render_launch(config, slurmfabric_bin=args.slurmfabric_bin)
+        text = render.render_launch(config, slurmfabric_bin=sf)
     else:
-        text = render.render_sbatch(config, slurmfabric_bin=args.slurmfabric_bin,
+        text = render.render_sbatch(config, slurmfabric_bin=sf,
                                     rerender=rerender_command(args))
     if args.output:
         out = Path(args.output)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slurmfabric.commands.render import add_config_arguments, config_from_args, rerender_command
+from slurmfabric.commands.render import (
+    add_config_arguments,
+    chosen_bin,
+    config_from_args,
+    rerender_command,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,14 +43,15 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from slurmfabric import submit
 
+    config = config_from_args(args)
     request = submit.build_request(
-        config_from_args(args),
+        config,
         backend=args.backend,
         test_only=args.test_only,
         sbatch_args=args.sbatch_args,
         workdir=args.workdir,
         rerender=rerender_command(args),
-        slurmfabric_bin=args.slurmfabric_bin,
+        slurmfabric_bin=chosen_bin(args, config),
     )
     if args.dry_run:
         sys.stdout.write(request.describe())

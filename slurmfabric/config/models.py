@@ -130,6 +130,9 @@ class Rendezvous(Section):
     # Same default as `slurmfabric env` (rankenv.DEFAULT_PORT_RANGE): 10,000 ports below the
     # ephemeral range, so two jobs sharing a node collide with odds of 1 in 10,000.
     port_range: tuple[int, int] = (20000, 29999)
+    # The port the batch shell tries first (default: a hash of the job); it moves on to the
+    # next free one when another job on the first node holds it (slurmfabric/ports.py).
+    port: Optional[int] = None
 
     @field_validator("port_range")
     @classmethod
@@ -140,6 +143,16 @@ class Rendezvous(Section):
                 f"port range {low}-{high} is not accepted: need 1024 <= low <= high <= 65535"
             )
         return value
+
+    @model_validator(mode="after")
+    def _port_in_range(self) -> Rendezvous:
+        low, high = self.port_range
+        if self.port is not None and not low <= self.port <= high:
+            raise ValueError(
+                f"port {self.port} is outside port_range {low}-{high}; accepted: a port "
+                "inside launcher.rendezvous.port_range, or unset"
+            )
+        return self
 
 
 class NcclTests(Section):
@@ -153,6 +166,10 @@ class NcclTests(Section):
     iters: int = Field(20, ge=1)
     warmup_iters: int = Field(5, ge=0)
     check: int = Field(1, ge=0)
+    # Slurm's MPI plugin for the ranks (srun --mpi): pmix for Open MPI 4/5 and recent MPICH,
+    # pmi2 for MPICH/MVAPICH builds without PMIx.
+    mpi: Literal["pmix", "pmi2", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta"] = "pmix"
+    gpus_per_rank: int = Field(1, ge=1)  # nccl-tests -g: GPUs driven by each MPI rank
 
     @field_validator("ops")
     @classmethod
@@ -181,12 +198,27 @@ class LauncherSection(Section):
     rendezvous: Rendezvous = Field(default_factory=Rendezvous)
     signal: Optional[str] = None
     signal_seconds: int = Field(120, ge=1, le=65535)
+    # slurmfabric on the compute nodes: a command on their PATH (default) or an absolute
+    # path there; the script checks it on every node before anything starts.
     slurmfabric: Optional[str] = None
+    slurmfabric_module: Optional[str] = None  # `module load` this first (e.g. an Lmod module)
+    check_nodes: bool = True  # one srun step that checks slurmfabric on every node
     torchrun: str = "torchrun"
     mpirun: str = "mpirun"
     srun_args: list[str] = Field(default_factory=list)
     mpirun_args: list[str] = Field(default_factory=list)
     nccl_tests: NcclTests = Field(default_factory=NcclTests)
+
+    @field_validator("slurmfabric", "torchrun", "mpirun", "slurmfabric_module")
+    @classmethod
+    def _program(cls, value: Optional[str], info: Any) -> Optional[str]:
+        if value is not None and (not value or value.startswith("-") or "\n" in value
+                                  or "\x00" in value):
+            raise ValueError(
+                f"{info.field_name} {value!r} is not a command: give a path or a command name "
+                "(not empty, not starting with '-', one line)"
+            )
+        return value
 
     @field_validator("signal")
     @classmethod
@@ -292,10 +324,17 @@ def cross_field_problems(job: JobSection, launcher: LauncherSection,
             problems.append(
                 f"launcher.nproc_per_node: only used by torchrun, not {kind}; accepted: unset"
             )
-        if gpus and tasks not in (None, gpus):
+        per_rank = launcher.nccl_tests.gpus_per_rank if kind == "nccl-tests" else 1
+        if gpus and gpus % per_rank:
             problems.append(
-                f"job.ntasks_per_node: {kind} runs one task per GPU, got {tasks} with "
-                f"job.gpus_per_node={gpus}; accepted: {gpus} or unset"
+                f"launcher.nccl_tests.gpus_per_rank: {per_rank} does not divide "
+                f"job.gpus_per_node={gpus}; accepted: a divisor of {gpus}"
+            )
+        elif gpus and tasks not in (None, gpus // per_rank):
+            what = "one task per GPU" if per_rank == 1 else f"one task per {per_rank} GPUs"
+            problems.append(
+                f"job.ntasks_per_node: {kind} runs {what}, got {tasks} with "
+                f"job.gpus_per_node={gpus}; accepted: {gpus // per_rank} or unset"
             )
         if not gpus and tasks is None:
             problems.append(
@@ -348,7 +387,10 @@ class JobConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_fields(self) -> JobConfig:
+        from slurmfabric.plan.contract import conflicts
+
         problems = cross_field_problems(self.job, self.launcher, self.program)
+        problems += conflicts(self.fabric.type, self.fabric.nccl, where="fabric.nccl.")
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -9,6 +9,7 @@ every rank.
 from __future__ import annotations
 
 from slurmfabric._record import Record
+from slurmfabric.plan import contract
 from slurmfabric.plan.bind import RankBinding, plan_bindings
 from slurmfabric.plan.rails import RailChoice, choose_rails, gid_index
 from slurmfabric.topology.model import Topology, distance_rank
@@ -25,12 +26,14 @@ class Plan(Record):
     """Mutable while ``make_plan`` fills it in; a Record, not a dataclass (start-up cost)."""
 
     __slots__ = (
-        "fabric", "nccl_env", "reasons", "warnings", "notes", "bindings", "rails", "user_set"
+        "fabric", "nccl_env", "reasons", "warnings", "notes", "bindings", "rails", "user_set",
+        "errors", "summary", "fabric_type",
     )  # fmt: skip
     _factories = {
         "nccl_env": dict, "reasons": dict, "warnings": list, "notes": list, "bindings": list,
-        "rails": RailChoice, "user_set": dict,
+        "rails": RailChoice, "user_set": dict, "errors": list,
     }  # fmt: skip
+    _defaults = {"summary": "", "fabric_type": "auto"}
     _frozen = False
     fabric: str  # "ib", "roce", "efa", "gib", "tcpxo", "tcp"
     nccl_env: dict[str, str]
@@ -40,6 +43,9 @@ class Plan(Record):
     bindings: list[RankBinding]
     rails: RailChoice
     user_set: dict[str, str]  # NCCL_* the user set already
+    errors: list[str]  # the node cannot honour fabric_type (env/launch refuse to start)
+    summary: str  # what the node offers, one line ("8 InfiniBand rail ports (...)")
+    fabric_type: str  # the job's fabric.type this plan was made for
 
     def binding(self, local_rank: int) -> RankBinding:
         return self.bindings[local_rank]
@@ -47,6 +53,9 @@ class Plan(Record):
     def to_dict(self) -> dict[str, object]:
         return {
             "fabric": self.fabric,
+            "fabric_type": self.fabric_type,
+            "summary": self.summary,
+            "errors": list(self.errors),
             "nccl_env": dict(self.nccl_env),
             "reasons": dict(self.reasons),
             "warnings": list(self.warnings),
@@ -119,18 +128,22 @@ def make_plan(
     master_addr: str | None = None,
     user_env: dict[str, str] | None = None,
     nccl_version: object = None,
+    fabric_type: str = "auto",
+    node: str = "",
 ) -> Plan:
+    """The plan for ``topo`` under the job's ``fabric_type`` (see plan/contract.py)."""
     user_env = dict(user_env or {})
     version = parse_nccl_version(nccl_version)
     family = user_env.get("NCCL_IB_ADDR_FAMILY") or None
     choice = choose_rails(topo, family)
-    plan = Plan(fabric="tcp", rails=choice)
+    plan = Plan(fabric="tcp", rails=choice, fabric_type=contract.check_type(fabric_type))
     plan.warnings.extend(choice.warnings)
     want: dict[str, tuple[str, str]] = {}  # var -> (value, reason)
 
     if "gib" in topo.markers or "tcpxo" in topo.markers:
         kind = "gib" if "gib" in topo.markers else "tcpxo"
         plan.fabric = kind
+        plan.summary = f"GCP {'gIB' if kind == 'gib' else 'TCPXO'} ({topo.markers[kind]})"
         plan.notes.append(
             f"GCP {'gIB' if kind == 'gib' else 'TCPXO'} node: source {topo.markers[kind]} "
             "(it sets NCCL_NET, plugin paths and tuning); slurmfabric sets no NCCL_IB_* here"
@@ -138,6 +151,7 @@ def make_plan(
     elif any(d.is_efa for d in topo.rdma):
         plan.fabric = "efa"
         efa = [d.name for d in topo.rdma if d.is_efa]
+        plan.summary = f"{len(efa)} AWS EFA devices ({', '.join(efa)})"
         plan.notes.append(
             f"AWS EFA ({len(efa)} devices): no NCCL_IB_* at all; the aws-ofi-nccl plugin "
             "picks the NICs and sets its own topology and tuning"
@@ -149,6 +163,8 @@ def make_plan(
             )
     elif choice.rails:
         plan.fabric = "ib" if choice.link_layer == "InfiniBand" else "roce"
+        names = ",".join(p.name for p in choice.rails)
+        plan.summary = f"{len(choice.rails)} {choice.link_layer} rail ports ({names})"
         _rdma_env(plan, choice, version, family, want)
     else:
         total = len(topo.ports)
@@ -162,6 +178,7 @@ def make_plan(
             if total
             else "no RDMA devices in /sys/class/infiniband"
         )
+        plan.summary = why
         plan.warnings.append(
             f"TCP ONLY: {why}. NCCL will use TCP sockets between nodes, "
             "typically 10-50x slower than RDMA"
@@ -180,8 +197,13 @@ def make_plan(
     plan.bindings = plan_bindings(
         topo, local_world_size, choice.rails, allowed, visible_gpus, plan.warnings
     )
-    if plan.fabric in ("ib", "roce"):
+    if plan.fabric in ("ib", "roce") and plan.fabric_type != "tcp":
         _gdr_level(plan, topo, want)
+    contract.node_wants(plan.fabric_type, plan, want, node or "(this node)")
+    plan.warnings.extend(
+        f"{line} (fabric.type={plan.fabric_type}; set in the environment)"
+        for line in contract.conflicts(plan.fabric_type, user_env)
+    )
     _apply_user(plan, want, user_env)
     _check_user_hca(plan, topo, user_env)
     return plan
@@ -206,11 +228,6 @@ def _rdma_env(
         f"{len(names)} ACTIVE {choice.link_layer} ports at {rate} Gb/s within PXB of a GPU; "
         f"exact names ('=') so mlx5_1 cannot also match mlx5_10; "
         f"{len(choice.excluded)} other ports left out (see --explain)",
-    )
-    want["NCCL_NET"] = (
-        "IB",
-        "make NCCL fail loudly instead of silently falling back to TCP sockets "
-        "(set NCCL_NET yourself to use a net plugin such as IBext)",
     )
     if choice.link_layer != "Ethernet":
         plan.notes.append("InfiniBand link layer: no GID index needed (NCCL addresses by LID)")

@@ -18,8 +18,6 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from slurmfabric._sysfs import Root, list_dir, read_text
-
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _RANK = re.compile(
     r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+"
@@ -262,19 +260,18 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def discover_rates(root: Root | None = None) -> list[float]:
-    """Rates of ACTIVE RDMA ports on this node from sysfs (``4: ACTIVE`` state)."""
-    root = root or Root()
-    base = root("/sys/class/infiniband")
-    rates = []
-    for dev in list_dir(base):
-        for port in list_dir(base / dev / "ports"):
-            pdir = base / dev / "ports" / port
-            state = read_text(pdir / "state") or ""
-            rate = parse_rate(read_text(pdir / "rate"))
-            if state.split(":")[0].strip() == "4" and rate:
-                rates.append(rate)
-    return rates
+def discover_rates(sysfs_root: str | None = None) -> tuple[list[float], list[str]]:
+    """Rates (Gb/s) and names of the rails the plan chose on this node (plan/rails.py).
+
+    Only rails carry NCCL's inter-node traffic: storage and frontend NICs, Down ports and
+    VFs are left out, so a node with 8 rails and 2 storage NICs expects 8 ports' bandwidth.
+    """
+    from slurmfabric.plan.rails import choose_rails
+    from slurmfabric.topology import discover
+
+    choice = choose_rails(discover(sysfs_root, plan_only=True), None)
+    rails = [port for port in choice.rails if port.rate_gbps]
+    return [float(port.rate_gbps) for port in rails], [port.name for port in rails]
 
 
 @dataclass

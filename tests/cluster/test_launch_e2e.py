@@ -1,15 +1,19 @@
 """End to end on the local Slurm testbed: render + submit real jobs through the CLI and check
-what every rank reports.
+what every rank reports: its rank, the all-reduce, and the node plan it was given.
 
-torchrun (gloo on CPU), srun-launched ranks, mpirun and srun --mpi=pmix (a small MPI C
-program) run for real, 2 nodes x 2 ranks; srun-pmix works here because the testbed gives
-every virtual node its own TmpFS (FACTS section 1). nccl-tests needs GPUs, so it (and, as a
-static check, srun-pmix too) is rendered, shellchecked and accepted by `sbatch --test-only`.
+Every launcher runs for real, 2 nodes x 2 ranks: torchrun (gloo on CPU), srun-launched
+ranks, mpirun, srun --mpi=pmix and nccl-tests (the last three run a small MPI C program
+built here; srun-pmix works because the testbed gives every virtual node its own TmpFS,
+FACTS section 1). Each job points SLURMFABRIC_SYSFS_ROOT at a fixture tree sized to this
+machine (tests/fixtures/topology/nodes.py testbed_node: two NUMA nodes over the CPUs that
+exist here, one GPU and one rail NIC on each), and every rank reports from inside itself
+the CPUs it runs on (sched_getaffinity), its memory node, its NIC and its NCCL variables.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,13 +22,34 @@ from pathlib import Path
 
 import pytest
 
+from slurmfabric._sysfs import parse_cpulist
 from slurmfabric.testbed import Cluster
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
+
+import fakesysfs  # noqa: E402
+import nodes  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 TIMEOUT = 300  # 4 ranks importing torch on a 2-core machine
+CPUS = sorted(os.sched_getaffinity(0))
+
+
+@pytest.fixture(scope="module")
+def fixture_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An IB and a RoCE node tree, and the CPUs each local rank must end up on."""
+    return {layer: fakesysfs.build(nodes.testbed_node(CPUS, layer),
+                                   tmp_path_factory.mktemp(layer.lower()))
+            for layer in ("InfiniBand", "Ethernet")}
+
+
+def numa_cpus(root: Path) -> dict[int, list[int]]:
+    base = root / "sys/devices/system/node"
+    return {i: parse_cpulist((base / f"node{i}" / "cpulist").read_text()) for i in (0, 1)}
 
 
 def sets_args(*sets: str) -> list[str]:
@@ -50,48 +75,86 @@ def rank_records(output: str) -> list[dict]:
     return [json.loads(match) for match in re.findall(r'\{"rank": [^{}]*\}', output)]
 
 
-def check_ranks(records: list[dict], cluster: Cluster, output: str,
-                local_rank: bool = True) -> None:
+def check_ranks(records: list[dict], cluster: Cluster, output: str) -> None:
     assert len(records) == 4, output
     assert sorted(r["rank"] for r in records) == [0, 1, 2, 3], output
     assert {r["world_size"] for r in records} == {4}
     assert {r["sum"] for r in records} == {1 + 2 + 3 + 4}  # all_reduce of rank+1
-    nodes = {r["node"] for r in records}
-    assert len(nodes) == 2 and nodes <= set(cluster.nodes), output
-    if local_rank:
-        pairs = {(r["node"], r["local_rank"]) for r in records}
-        assert len(pairs) == 4, output
-        assert {r["local_rank"] for r in records} == {0, 1}
+    nodes_seen = {r["node"] for r in records}
+    assert len(nodes_seen) == 2 and nodes_seen <= set(cluster.nodes), output
+    pairs = {(r["node"], r["local_rank"]) for r in records}
+    assert len(pairs) == 4, output
+    assert {r["local_rank"] for r in records} == {0, 1}
 
 
-def allreduce_sets(launcher: str) -> list[str]:
+def check_plan(records: list[dict], root: Path, fabric: str, output: str) -> None:
+    """Per rank: the CPUs, memory node and NIC of its local rank, the node's NCCL plan."""
+    cpus = numa_cpus(root)
+    for r in records:
+        local = r["local_rank"]
+        where = f"rank {r['rank']} (local {local} on {r['node']}): {r}\n{output}"
+        assert r["cpus"] == cpus[local], where
+        assert r["SLURMFABRIC_MEM_NODE"] == str(local), where
+        if fabric == "tcp":
+            assert r["NCCL_IB_DISABLE"] == "1", where
+            for name in ("NCCL_NET", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "SLURMFABRIC_NIC"):
+                assert r[name] is None, (name, where)
+            continue
+        assert r["SLURMFABRIC_NIC"] == f"mlx5_{local}:1", where  # its GPU's PIX rail
+        assert r["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1", where  # no storage NIC mlx5_2
+        assert r["NCCL_NET"] == "IB" and r["NCCL_IB_DISABLE"] is None, where
+        assert r["NCCL_IB_GID_INDEX"] == ("3" if fabric == "roce" else None), where
+
+
+def allreduce_sets(launcher: str, root: Path, fabric: str) -> list[str]:
     return [
         f"launcher.type={launcher}",
         f"program.command=[{json.dumps(sys.executable)}, "
         f"{json.dumps(str(REPO / 'examples' / 'allreduce.py'))}]",
+        f"program.env.SLURMFABRIC_SYSFS_ROOT={root}", f"fabric.type={fabric}",
     ]
 
 
-def test_torchrun_cpu_two_nodes_by_two_workers(cluster: Cluster, tmp_path: Path) -> None:
+def test_torchrun_workers_get_their_local_ranks_binding(cluster: Cluster, tmp_path: Path,
+                                                        fixture_roots: dict[str, Path]) -> None:
+    root = fixture_roots["InfiniBand"]
     config = ["-c", str(REPO / "examples" / "smoke-cpu.toml"),
-              *sets_args(*allreduce_sets("torchrun"),
+              *sets_args(*allreduce_sets("torchrun", root, "ib"),
                          f"launcher.torchrun={VENV_BIN / 'torchrun'}")]
     output = submit_and_wait(cluster, tmp_path, config)
-    check_ranks(rank_records(output), cluster, output)
+    records = rank_records(output)
+    check_ranks(records, cluster, output)
+    check_plan(records, root, "ib", output)
 
 
-def test_srun_ranks_two_nodes_by_two_tasks(cluster: Cluster, tmp_path: Path) -> None:
-    config = sets_args(*allreduce_sets("srun"), "job.nodes=2", "job.ntasks_per_node=2",
-                       f"job.partition={cluster.partition}", "job.time=5",
-                       "program.env.OMP_NUM_THREADS=1")
+def test_srun_ranks_on_roce_get_the_gid_index(cluster: Cluster, tmp_path: Path,
+                                              fixture_roots: dict[str, Path]) -> None:
+    root = fixture_roots["Ethernet"]
+    config = sets_args(*allreduce_sets("srun", root, "roce"), "job.nodes=2",
+                       "job.ntasks_per_node=2", f"job.partition={cluster.partition}",
+                       "job.time=5", "program.env.OMP_NUM_THREADS=1")
     output = submit_and_wait(cluster, tmp_path, config)
-    check_ranks(rank_records(output), cluster, output)
+    records = rank_records(output)
+    check_ranks(records, cluster, output)
+    check_plan(records, root, "roce", output)
 
 
 MPI_PROGRAM = r"""
+#define _GNU_SOURCE
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+static void field(char *out, const char *name) {  /* "NAME": "value" or null */
+    const char *v = getenv(name);
+    char buf[512];
+    if (v) snprintf(buf, sizeof buf, ", \"%s\": \"%s\"", name, v);
+    else snprintf(buf, sizeof buf, ", \"%s\": null", name);
+    strcat(out, buf);
+}
+
 int main(int argc, char **argv) {
     int rank, size, value, sum = 0;
     MPI_Init(&argc, &argv);
@@ -99,70 +162,103 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     value = rank + 1;
     MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    const char *node = getenv("SLURMD_NODENAME");
-    printf("{\"rank\": %d, \"world_size\": %d, \"sum\": %d, \"node\": \"%s\"}\n",
-           rank, size, sum, node ? node : "?");
+    char out[8192], cpus[2048] = "";
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof set, &set);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) {
+            char b[16];
+            snprintf(b, sizeof b, "%s%d", cpus[0] ? ", " : "", c);
+            strcat(cpus, b);
+        }
+    const char *node = getenv("SLURMD_NODENAME"), *local = getenv("LOCAL_RANK");
+    const char *env_rank = getenv("RANK");
+    snprintf(out, sizeof out,
+             "{\"rank\": %d, \"env_rank\": %s, \"local_rank\": %s, \"world_size\": %d, "
+             "\"sum\": %d, \"node\": \"%s\", \"cpus\": [%s], \"args\": \"",
+             rank, env_rank ? env_rank : "-1", local ? local : "-1", size, sum,
+             node ? node : "?", cpus);
+    for (int i = 1; i < argc; i++) {
+        strcat(out, argv[i]);
+        if (i + 1 < argc) strcat(out, " ");
+    }
+    strcat(out, "\"");
+    const char *names[] = {"SLURMFABRIC_NIC", "SLURMFABRIC_MEM_NODE", "NCCL_NET", "NCCL_IB_HCA",
+                           "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE", NULL};
+    for (int i = 0; names[i]; i++) field(out, names[i]);
+    strcat(out, "}\n");
+    fputs(out, stdout);
+    fflush(stdout);
     MPI_Finalize();
     return 0;
 }
 """
 
 
-def mpi_sets(cluster: Cluster, tmp_path: Path, launcher: str) -> list[str]:
-    """Build the MPI program in tmp_path; the config that runs it 2 nodes x 2 ranks."""
+@pytest.fixture(scope="module")
+def mpi_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MPI all-reduce probe, also installed as bin/all_reduce_perf for nccl-tests."""
     assert shutil.which("mpicc"), "mpicc missing: apt-get install libopenmpi-dev openmpi-bin"
-    source = tmp_path / "allreduce.c"
+    base = tmp_path_factory.mktemp("mpi")
+    source = base / "allreduce.c"
     source.write_text(MPI_PROGRAM)
-    binary = tmp_path / "allreduce"
+    binary = base / "allreduce"
     subprocess.run(["mpicc", "-O1", "-o", str(binary), str(source)], check=True)
+    (base / "bin").mkdir()
+    shutil.copy(binary, base / "bin" / "all_reduce_perf")
+    return binary
+
+
+def mpi_sets(cluster: Cluster, root: Path, fabric: str) -> list[str]:
     # FACTS section 1: shared memory segfaults across virtual nodes of one host, and
     # OpenMPI refuses to run as root (jobs run as root here) without these two variables.
-    return sets_args(f"launcher.type={launcher}",
-                     f"program.command=[{json.dumps(str(binary))}]",
-                     "job.nodes=2", "job.ntasks_per_node=2",
+    return sets_args("job.nodes=2", "job.ntasks_per_node=2",
                      f"job.partition={cluster.partition}", "job.time=5",
                      "program.env.OMPI_MCA_btl=self,tcp",
                      "program.env.OMPI_ALLOW_RUN_AS_ROOT=1",
-                     "program.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+                     "program.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                     f"program.env.SLURMFABRIC_SYSFS_ROOT={root}", f"fabric.type={fabric}")
 
 
-def test_mpirun_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None:
-    output = submit_and_wait(cluster, tmp_path, mpi_sets(cluster, tmp_path, "mpirun"))
+@pytest.mark.parametrize(("launcher", "fabric"), [("mpirun", "auto"), ("srun-pmix", "tcp")])
+def test_mpi_ranks_go_through_launch(cluster: Cluster, tmp_path: Path, mpi_binary: Path,
+                                     fixture_roots: dict[str, Path], launcher: str,
+                                     fabric: str) -> None:
+    # mpirun: the ranks' Slurm variables are those of Open MPI's daemon step, so launch
+    # --mode mpi must read OMPI_COMM_WORLD_*. srun --mpi=pmix: the ranks are Slurm tasks and
+    # MPI_Init gets the world from each node's slurmstepd PMIx server. tcp on an IB node:
+    # no IB variable reaches the rank, the CPU binding still does.
+    root = fixture_roots["InfiniBand"]
+    config = [*sets_args(f"launcher.type={launcher}",
+                         f"program.command=[{json.dumps(str(mpi_binary))}]"),
+              *mpi_sets(cluster, root, fabric)]
+    output = submit_and_wait(cluster, tmp_path, config)
     records = rank_records(output)
-    check_ranks(records, cluster, output, local_rank=False)
+    check_ranks(records, cluster, output)
+    assert all(r["env_rank"] == r["rank"] for r in records), output  # launch's RANK = MPI's
+    check_plan(records, root, "ib" if fabric == "auto" else fabric, output)
 
 
-def test_srun_pmix_two_nodes_by_two_ranks(cluster: Cluster, tmp_path: Path) -> None:
-    # srun --mpi=pmix starts the 4 ranks itself (no mpirun); MPI_Init gets the world from
-    # each node's slurmstepd PMIx server. Without one (or with a failed one) each rank is
-    # a singleton of world size 1, or the step fails to launch. The testbed gives each
-    # virtual node its own TmpFS, where the pmix plugin puts its app dir (FACTS section 1).
-    output = submit_and_wait(cluster, tmp_path, mpi_sets(cluster, tmp_path, "srun-pmix"))
-    check_ranks(rank_records(output), cluster, output, local_rank=False)
-
-
-@pytest.mark.parametrize("config_args", [
-    ["-c", str(REPO / "examples" / "nccl-tests-sweep.toml"), "--set", "job.gpus_per_node=0",
-     "--set", "job.ntasks_per_node=2", "--set", "job.cpus_per_task=1",
-     "--set", "job.exclusive=false"],
-    sets_args("launcher.type=srun-pmix", "job.ntasks_per_node=2",
-              'program.command=["./mpi_app", "--size", "1 MB"]'),
-], ids=["nccl-tests", "srun-pmix"])
-def test_rendered_and_accepted_by_sbatch_test_only(cluster: Cluster, tmp_path: Path,
-                                                   config_args: list[str]) -> None:
-    # nccl-tests needs GPUs, which the local testbed lacks (srun-pmix also runs for real
-    # above); the partition and node count are the testbed's, and Slurm validates the script.
-    local = [*config_args, *sets_args(f"job.partition={cluster.partition}", "job.nodes=2",
-                                      "job.time=10")]
-    script = tmp_path / "job.sh"
-    cluster.run(["slurmfabric", "render", *local, "-o", str(script)])
-    lint = subprocess.run(["shellcheck", "--shell=bash", str(script)], capture_output=True,
-                          text=True)
-    assert lint.returncode == 0, lint.stdout
-    proc = cluster.run(["slurmfabric", "submit", "--test-only", *local, "--workdir",
-                        str(tmp_path)], check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert " to start at " in proc.stdout and "sfn" in proc.stdout, proc.stdout
+def test_nccl_tests_run_one_rank_per_gpu_through_launch(cluster: Cluster, tmp_path: Path,
+                                                        mpi_binary: Path,
+                                                        fixture_roots: dict[str, Path]) -> None:
+    # nccl-tests' own binary needs GPUs; the MPI probe stands in for all_reduce_perf, so the
+    # rendered srun --mpi line, the per-rank launch and the -g 1 argument run for real.
+    root = fixture_roots["InfiniBand"]
+    config = ["-c", str(REPO / "examples" / "nccl-tests-sweep.toml"),
+              *sets_args("job.gpus_per_node=0", "job.cpus_per_task=1", "job.exclusive=false",
+                         f"launcher.nccl_tests.bin_dir={mpi_binary.parent / 'bin'}",
+                         "launcher.nccl_tests.mpi=pmix",
+                         'launcher.nccl_tests.ops=["all_reduce"]'),
+              *mpi_sets(cluster, root, "ib")]
+    output = submit_and_wait(cluster, tmp_path, config)
+    records = rank_records(output)
+    check_ranks(records, cluster, output)
+    assert {r["args"] for r in records} == {
+        "--minbytes 8 --maxbytes 8G --stepfactor 2 --ngpus 1 --iters 20 --warmup_iters 5 "
+        "--check 1"}, output
+    check_plan(records, root, "ib", output)
 
 
 def test_bad_config_exits_2_with_one_line_per_problem(cluster: Cluster, tmp_path: Path) -> None:

@@ -59,19 +59,26 @@ def test_every_task_gets_a_consistent_rank_env(cluster: Cluster):
     assert hostlist.first(",".join(step_nodes)) == master
 
 
-def test_two_jobs_at_once_on_the_same_nodes_get_different_ports(cluster: Cluster, tmp_path):
+@pytest.mark.parametrize("collide", [False, True], ids=["hashed", "forced-collision"])
+def test_two_jobs_at_once_on_the_same_nodes_get_different_ports(cluster: Cluster, tmp_path,
+                                                                collide: bool):
     """Two jobs that provably run at the same time on the same two nodes.
 
     Each job takes one CPU per node (the nodes have 4; CR_Core lets jobs share a node),
     stamps its start, then waits (up to 60 s) until the other job has started too: a file
     barrier. If the scheduler ran them one after the other, the first would time out
-    without seeing the second and the overlap check below fails.
+    without seeing the second and the overlap check below fails. With ``collide`` both
+    jobs start from the same port (SLURMFABRIC_PORT, as a hash collision would): the batch
+    shell that comes second must see the first job's reservation and take the next port.
     """
     barrier = tmp_path / "barrier"
     barrier.mkdir()
+    forced = (f"export SLURMFABRIC_PORT=23456 SLURMFABRIC_PORT_RANGE=23456-23466 "
+              f"SLURMFABRIC_PORT_DIR={tmp_path / 'ports'}") if collide else ""
     script = f"""#!/bin/bash
 #SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --time=3
 tag=$1 other=$2 dir={barrier}
+{forced}
 eval "$({SLURMFABRIC} env)"
 date +%s.%N > "$dir/$tag.start"
 echo "JOB $SLURM_JOB_NODELIST $MASTER_ADDR $MASTER_PORT"
@@ -110,3 +117,5 @@ date +%s.%N > "$dir/$tag.end"
     assert list_a == list_b and hostlist.expand(list_a) == cluster.nodes[:2]
     assert addr_a == addr_b == cluster.nodes[0]
     assert port_a != port_b
+    if collide:  # deterministic: the first batch shell keeps 23456, the second moves on
+        assert {port_a, port_b} == {"23456", "23457"}

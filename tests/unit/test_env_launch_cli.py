@@ -153,5 +153,7 @@ def test_env_and_launch_with_the_plan_import_no_heavy_modules(tmp_path):
     assert proc.returncode == 0, proc.stderr
     # the plan really ran: rails from the fixture and a CPU binding for local rank 1
     assert "export NCCL_IB_HCA==mlx5_0:1," in proc.stdout
-    assert "# binding: cpus=" in proc.stdout
+    assert "# binding: local_rank=1 gpu=1 nic=mlx5_1:1 cpus=14-27,126-139 mem_node=0" \
+        in proc.stdout
+    assert "export SLURMFABRIC_NIC=mlx5_1:1\n" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from slurmfabric._sysfs import Root
-from slurmfabric.commands import nccl_tests as cmd
-from slurmfabric.validate.nccl_tests import (
+HERE = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
+
+import fakesysfs  # noqa: E402
+import nodes  # noqa: E402
+
+from slurmfabric.commands import nccl_tests as cmd  # noqa: E402
+from slurmfabric.validate.nccl_tests import (  # noqa: E402
     discover_rates,
     expected_busbw,
     judge,
@@ -15,7 +21,7 @@ from slurmfabric.validate.nccl_tests import (
     parse_rate,
 )
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
+FIX = HERE / "fixtures" / "nccl"
 
 
 def one(name: str):
@@ -109,15 +115,18 @@ def test_judge_low_bandwidth_and_small_messages():
     assert verdict.ok and "not judged" in verdict.findings[0]
 
 
-def test_parse_rate_and_discover_from_fake_sysfs(tmp_path):
+def test_parse_rate_and_discover_counts_only_the_rails(tmp_path, capsys):
     assert parse_rate("400 Gb/sec (4X NDR)") == 400.0
     assert parse_rate("25 Gb/sec (1X EDR)") == 25.0 and parse_rate("garbage") is None
-    for dev, state in (("mlx5_0", "4: ACTIVE"), ("mlx5_1", "4: ACTIVE"), ("mlx5_2", "1: DOWN")):
-        port = tmp_path / "sys/class/infiniband" / dev / "ports" / "1"
-        port.mkdir(parents=True)
-        (port / "state").write_text(state + "\n")
-        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
-    assert discover_rates(Root(tmp_path)) == [400.0, 400.0]
+    # the 8-GPU H100 fixture: 8 NDR rails and 2 ACTIVE HDR storage NICs
+    root = fakesysfs.build(nodes.h100_ib(), tmp_path / "h100")
+    rates, names = discover_rates(str(root))
+    assert rates == [400.0] * 8 and "mlx5_4:1" not in names and "mlx5_5:1" not in names
+    code = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-2node-h100.txt"), "--discover",
+                     "--sysfs-root", str(root)])
+    out = capsys.readouterr()
+    assert code == 0 and "fabric: 8 ports, 400 GB/s line rate -> expected busbw 350-380" \
+        in out.out and "rails: mlx5_0:1," in out.err
 
 
 def test_cli_parse_json_and_exit_codes(capsys):

@@ -141,7 +141,9 @@ def test_oci_nested_switches_dual_function(topos: dict[str, Topology]) -> None:
 def test_aws_efa_sets_no_ib_variables(topos: dict[str, Topology]) -> None:
     plan = make_plan(topos["aws_efa"], 4, master_addr="172.31.8.99")
     assert plan.fabric == "efa"
-    assert plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=ens32"}
+    # the plugin or fail (plan/contract.py), never an IB verbs variable
+    assert plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=ens32", "NCCL_NET": "AWS Libfabric",
+                             "FI_PROVIDER": "efa"}
     assert not any(k.startswith("NCCL_IB_") for k in plan.nccl_env)
     assert plan.warnings == []
     assert any("aws-ofi-nccl" in n for n in plan.notes)

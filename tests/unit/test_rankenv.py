@@ -198,13 +198,25 @@ def test_user_values_are_kept_unless_override():
     assert final["MASTER_PORT"] == str(r.master_port) and not kept
 
 
-def test_values_from_our_batch_eval_are_recomputed_in_steps():
-    batch, _ = rankenv.with_user_values(rankenv.resolve(JOB), JOB)
+def test_steps_on_the_batch_node_adopt_its_checked_port_others_hash_their_own():
+    # The batch shell checked its port free on gpu007 (ports.py); a step whose first node
+    # is gpu007 uses it. A step on other nodes (gpu008 only) cannot rely on that check.
+    batch_r = rankenv.resolve(JOB).replace(master_port=20001)  # moved by the check
+    batch, _ = rankenv.with_user_values(batch_r, JOB)
     step_env = {**task(0, 0, 0), **batch}  # srun inherits the batch shell's exports
     r = rankenv.resolve(step_env)
     final, kept = rankenv.with_user_values(r, step_env)
-    assert not kept
-    assert final["MASTER_PORT"] == str(r.master_port) != batch["MASTER_PORT"]
+    assert not kept and final["MASTER_PORT"] == "20001"
+    own = {**step_env, "SLURM_STEP_NODELIST": "gpu008", "SLURM_STEP_NUM_NODES": "1",
+           "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1",
+           "SLURM_NODEID": "0", "SLURMD_NODENAME": "gpu008"}
+    other = rankenv.resolve(own)
+    assert other.master_host == "gpu008"
+    assert other.master_port == rankenv.port_for("clu/1234//0", rankenv.DEFAULT_PORT_RANGE)
+    # values left over from another job are never adopted
+    stale = {**step_env, rankenv.MARKER_JOB: "999"}
+    assert rankenv.resolve(stale).master_port == rankenv.port_for(
+        "clu/1234//0", rankenv.DEFAULT_PORT_RANGE)
 
 
 def test_stale_values_from_another_job_are_replaced():
@@ -228,3 +240,67 @@ def test_rankenv_is_frozen():
     with pytest.raises(AttributeError, match="frozen"):
         r.master_port = 1  # type: ignore[misc]
     assert r == rankenv.resolve(JOB) and hash(r) == hash(rankenv.resolve(JOB))
+
+
+def mpi_rank(rank: int, local: int, node: str, family: str = "ompi", **extra: str) -> dict:
+    """A rank that Open MPI's mpirun (or Hydra/MVAPICH2) started inside the 2-node job: it
+    inherits the launcher daemon's Slurm step variables, which do not describe the rank."""
+    env = {**JOB, "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
+           "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "gpu008",
+           "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1",
+           "SLURMD_NODENAME": node}
+    names = {
+        "ompi": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                 "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        "hydra": ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+        "mv2": ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+                "MV2_COMM_WORLD_LOCAL_SIZE"),
+    }[family]
+    env.update(zip(names, (str(rank), "4", str(local), "2")))
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("family", ["ompi", "hydra", "mv2"])
+@pytest.mark.parametrize("mode", ["mpi", "auto"])
+def test_mpi_ranks_read_the_mpi_variables_not_the_daemon_step(family: str, mode: str):
+    batch_r = rankenv.resolve(JOB).replace(master_port=20123)  # the batch shell's checked port
+    batch, _ = rankenv.with_user_values(batch_r, JOB)
+    ranks = [mpi_rank(r, r % 2, f"gpu00{7 + r // 2}", family, **batch) for r in range(4)]
+    got = [rankenv.resolve(env, mode=mode) for env in ranks]
+    assert [g.scope for g in got] == ["mpi"] * 4
+    assert [(g.rank, g.local_rank, g.node_rank) for g in got] == [
+        (0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert {(g.world_size, g.local_world_size, g.nnodes) for g in got} == {(4, 2, 2)}
+    # every rank agrees on the job's master and the port the batch shell checked
+    assert {(g.master_addr, g.master_port) for g in got} == {("gpu007", 20123)}
+    v = got[3].variables()
+    assert v["RANK"] == "3" and v["LOCAL_RANK"] == "1" and v["NODE_RANK"] == "1"
+
+
+def test_slurm_pmi2_rank_alone_is_a_slurm_task():
+    # srun --mpi=pmi2 sets PMI_RANK but not MPI_LOCALRANKID: Slurm's variables are the ranks
+    env = task(3, 1, 0, PMI_RANK="3", PMI_SIZE="4")
+    r = rankenv.resolve(env)
+    assert r.scope == "task" and r.rank == 3 and r.local_rank == 0
+
+
+def test_mpi_mode_without_mpi_or_step_is_an_error():
+    with pytest.raises(RankEnvError, match="--mode mpi needs MPI rank variables"):
+        rankenv.resolve(JOB, mode="mpi")
+    bad = mpi_rank(0, 2, "gpu007")  # local rank 2 of a local size of 2
+    with pytest.raises(RankEnvError, match="OMPI_COMM_WORLD_LOCAL_RANK=2 is not below"):
+        rankenv.resolve(bad, mode="mpi")
+
+
+@pytest.mark.parametrize("mode", ["torchrun", "auto"])
+def test_torchrun_worker_under_mode_torchrun_is_a_worker_with_its_local_rank(mode: str):
+    # The template runs each worker as `slurmfabric launch --mode torchrun`; inside, torchrun
+    # has set TORCHELASTIC_RUN_ID and the worker's own ranks.
+    env = {**task(1, 1, 0), "SLURM_STEP_TASKS_PER_NODE": "1,1", "SLURM_STEP_NUM_TASKS": "2",
+           "TORCHELASTIC_RUN_ID": "clu-1234", "MASTER_ADDR": "gpu007", "MASTER_PORT": "20555",
+           "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+           "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+    r = rankenv.resolve(env, mode=mode)
+    assert r.scope == "worker"
+    assert (r.rank, r.local_rank, r.local_world_size, r.node_rank) == (5, 1, 4, 1)

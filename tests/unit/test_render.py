@@ -12,6 +12,7 @@ import pytest
 
 import slurmfabric
 from slurmfabric.config import LAUNCHERS, load_config
+from slurmfabric.errors import ConfigError
 from slurmfabric.render import (
     config_digest,
     config_from_script,
@@ -133,7 +134,12 @@ def test_nccl_tests_sweep_one_step_per_op() -> None:
 
 def test_mpirun_rank_count_and_mapping() -> None:
     launch = render_launch(config_for("mpirun", 'launcher.mpirun_args=["--mca", "btl", "^openib"]'))
-    assert launch.startswith("mpirun -np 8 --map-by ppr:4:node --mca btl '^openib' ")
+    # every rank goes through launch --mode mpi, which binds it; so mpirun binds nothing
+    assert launch.startswith("mpirun -np 8 --map-by ppr:4:node --bind-to none "
+                             "--mca btl '^openib' \\\n")
+    assert " launch --mode mpi -- python train.py" in launch
+    own = render_launch(config_for("mpirun", 'launcher.mpirun_args=["--bind-to", "core"]'))
+    assert "--bind-to none" not in own and "--bind-to core" in own
     assert launch.rstrip().endswith("python train.py --lr 3e-4")
 
 
@@ -152,8 +158,9 @@ def test_env_block_is_run_time_not_render_time() -> None:
     block = render_env_block(config)
     assert "export TOKEN='a b'\n" in block
     assert "export NCCL_DEBUG=INFO\n" in block
-    assert "cd '/scratch/my run'\n" in block
-    assert f"slurmfabric_job_env=\"$('{SF}' env)\"\neval \"$slurmfabric_job_env\"" in block
+    assert "cd -- '/scratch/my run'\n" in block
+    assert f"sf_bin='{SF}'\n" in block
+    assert 'slurmfabric_job_env="$("$sf_bin" env)"\neval "$slurmfabric_job_env"' in block
     script = render_sbatch(config)
     # nothing about the login node is frozen into the script
     import socket
@@ -165,18 +172,35 @@ def test_env_block_is_run_time_not_render_time() -> None:
 
 @pytest.mark.parametrize(("fabric", "expected"), [
     ("ib", {"NCCL_NET": "IB"}), ("roce", {"NCCL_NET": "IB"}), ("tcp", {"NCCL_IB_DISABLE": "1"}),
-    ("efa", {}), ("auto", {}),
+    ("efa", {"NCCL_NET": "'AWS Libfabric'", "FI_PROVIDER": "efa"}), ("auto", {}),
 ])
 def test_fabric_type_exports(fabric: str, expected: dict) -> None:
     block = render_env_block(config_for("srun", f"fabric.type={fabric}"))
     exported = {line[7:].split("=")[0]: line.split("=", 1)[1] for line in block.splitlines()
-                if line.startswith("export NCCL_")}
+                if line.startswith(("export NCCL_", "export FI_"))}
     assert exported == expected
 
 
 def test_explicit_nccl_overrides_win_over_fabric_type() -> None:
-    block = render_env_block(config_for("srun", "fabric.type=ib", "fabric.nccl.NCCL_NET=Socket"))
-    assert "export NCCL_NET=Socket\n" in block and "NCCL_NET=IB" not in block
+    block = render_env_block(config_for("srun", "fabric.type=ib", "fabric.nccl.NCCL_NET=IBext"))
+    assert "export NCCL_NET=IBext\n" in block and "NCCL_NET=IB\n" not in block
+
+
+@pytest.mark.parametrize(("fabric", "nccl", "field"), [
+    ("tcp", "NCCL_NET=IB", "fabric.nccl.NCCL_NET"),
+    ("tcp", "NCCL_IB_HCA==mlx5_0", "fabric.nccl.NCCL_IB_HCA"),
+    ("tcp", "NCCL_IB_DISABLE=0", "fabric.nccl.NCCL_IB_DISABLE"),
+    ("ib", "NCCL_NET=Socket", "fabric.nccl.NCCL_NET"),
+    ("roce", "NCCL_IB_DISABLE=1", "fabric.nccl.NCCL_IB_DISABLE"),
+    ("efa", "NCCL_IB_HCA=mlx5", "fabric.nccl.NCCL_IB_HCA"),
+    ("efa", "NCCL_NET=IB", "fabric.nccl.NCCL_NET"),
+])
+def test_contradicting_nccl_settings_are_refused_at_render(fabric: str, nccl: str,
+                                                            field: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        config_for("srun", f"fabric.type={fabric}", f"fabric.nccl.{nccl}")
+    assert any(line.startswith(field + ":") and f"fabric.type is {fabric}" in line
+               for line in error.value.problems), error.value.problems
 
 
 def test_user_exports_come_before_the_job_env_and_the_launch() -> None:

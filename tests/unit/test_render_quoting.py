@@ -35,8 +35,9 @@ STUBS = {
     # srun/torchrun: drop their own --options (all in --opt=value form), exec the rest
     "srun": 'while [ "${1#-}" != "$1" ]; do shift; done; exec "$@"',
     "torchrun": 'while [ "${1#-}" != "$1" ]; do shift; done; exec "$@"',
-    # mpirun -np N --map-by X PROGRAM...
-    "mpirun": 'shift 4; exec "$@"',
+    # mpirun -np N --map-by X [--bind-to Y] PROGRAM...
+    "mpirun": 'while case "$1" in -np|--map-by|--bind-to) true;; *) false;; esac; do shift 2;'
+              ' done; exec "$@"',
     # slurmfabric env -> job-level exports; slurmfabric launch ... -- CMD -> exec CMD
     "slurmfabric": (
         'if [ "$1" = env ]; then\n'
