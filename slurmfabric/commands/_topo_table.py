@@ -116,6 +116,8 @@ def render(topo: Topology, plan: Plan, explain: bool = False) -> str:
     )
     if plan.warnings:
         out += ["", "Warnings:"] + [f"  ! {w}" for w in plan.warnings]
+    if plan.errors:
+        out += ["", "Errors:"] + [f"  X {e}" for e in plan.errors]
     if explain:
         out += ["", "Why:"]
         out += [f"  {k}: {why}" for k, why in plan.reasons.items()]

@@ -149,10 +149,12 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
     if environ.get("SLURMFABRIC_NO_PLAN") == "1":
         return None
     if not environ.get("SLURMFABRIC_SYSFS_ROOT") and not _has_accelerators():
-        if fabric_type(opts, environ) in ("ib", "roce", "efa"):
+        kind = _raw_fabric_type(opts, environ)
+        if kind in ("auto", "tcp"):  # nothing to plan; the plan package stays unimported
+            return None
+        if fabric_type(opts, environ) != "tcp":  # validates; ib/roce/efa need the fabric
             from slurmfabric.errors import RankEnvError
 
-            kind = fabric_type(opts, environ)
             node = environ.get("SLURMD_NODENAME") or os.uname().nodename
             raise RankEnvError(
                 f"fabric.type={kind} but node {node} has no GPU and no RDMA device "
@@ -186,10 +188,15 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
     return plan
 
 
-def fabric_type(opts: dict[str, object], environ: dict[str, str]) -> str:
-    from slurmfabric.plan.contract import ENV_VAR, check_type
+def _raw_fabric_type(opts: dict[str, object], environ: dict[str, str]) -> str:
+    return str(opts.get("--fabric-type") or environ.get("SLURMFABRIC_FABRIC_TYPE") or "auto")
 
-    return check_type(str(opts.get("--fabric-type") or environ.get(ENV_VAR) or "auto"))
+
+def fabric_type(opts: dict[str, object], environ: dict[str, str]) -> str:
+    """The job's fabric.type (plan/contract.py ENV_VAR), checked against the known types."""
+    from slurmfabric.plan.contract import check_type
+
+    return check_type(_raw_fabric_type(opts, environ))
 
 
 def _has_accelerators() -> bool:

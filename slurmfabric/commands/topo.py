@@ -43,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--nccl-version", default=None, help="NCCL version the job runs, e.g. 2.21.5"
     )
+    parser.add_argument(
+        "--fabric-type", choices=("auto", "ib", "roce", "efa", "tcp"),
+        default=os.environ.get("SLURMFABRIC_FABRIC_TYPE") or "auto",
+        help="the job's fabric.type (default: $SLURMFABRIC_FABRIC_TYPE or auto); exit 1 if "
+        "this node cannot honour it",
+    )
     return parser
 
 
@@ -93,14 +99,16 @@ def main(argv: list[str]) -> int:
         master_addr=args.master_addr,
         user_env={k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
         nccl_version=args.nccl_version,
+        fabric_type=args.fabric_type,
+        node=os.uname().nodename,
     )
     if args.json:
         from slurmfabric.topology.snapshot import to_dict
 
         json.dump({"topology": to_dict(topo), "plan": plan.to_dict()}, sys.stdout, indent=1)
         print()
-        return 0
+        return 1 if plan.errors else 0
     from slurmfabric.commands._topo_table import render
 
     print(render(topo, plan, explain=args.explain))
-    return 0
+    return 1 if plan.errors else 0

@@ -157,3 +157,64 @@ def test_env_and_launch_with_the_plan_import_no_heavy_modules(tmp_path):
         in proc.stdout
     assert "export SLURMFABRIC_NIC=mlx5_1:1\n" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_batch_shell_on_the_master_takes_the_next_port_a_live_job_holds(tmp_path):
+    ports_dir = tmp_path / "ports"
+    ports_dir.mkdir()
+    # job 76 (this test process stands in for its slurmstepd) holds port 21000
+    with open(f"/proc/{os.getpid()}/stat") as stat:
+        start = stat.read().rsplit(")", 1)[1].split()[19]
+    (ports_dir / "21000").write_text(f"76 {os.getpid()} {start}\n")
+    batch = {**BATCH, "SLURMD_NODENAME": "n1", "SLURMFABRIC_PORT_DIR": str(ports_dir),
+             "SLURMFABRIC_PORT_RANGE": "21000-21009", "SLURMFABRIC_ALLOW_LOOPBACK": "1"}
+    proc = run(["env", "--format", "json", "--port", "21000"], batch)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["MASTER_PORT"] == "21001"
+    assert (ports_dir / "21001").read_text().split()[0] == "77"
+    # not on the master node (e.g. salloc on a login node): nothing to check, no reservation
+    away = {**batch, "SLURMD_NODENAME": "login1"}
+    assert json.loads(run(["env", "--format", "json", "--port", "21000"], away).stdout)[
+        "MASTER_PORT"] == "21000"
+    bad = run(["env", "--port", "80"], batch)
+    assert bad.returncode == 2 and "--port/SLURMFABRIC_PORT '80' is not a port inside the " \
+        "range 21000-21009" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_launch_refuses_a_fabric_type_the_node_cannot_honour(tmp_path):
+    step = {k: v for k, v in STEP.items() if k != "SLURMFABRIC_NO_PLAN"}
+    step.update(SLURMFABRIC_FABRIC_TYPE="ib", SLURMD_NODENAME="n2",
+                SLURMFABRIC_SYSFS_ROOT=str(tmp_path))  # an empty node: no GPU, no RDMA
+    proc = run(["launch", "--", "true"], step)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert ("fabric.type=ib but node n2 has no usable InfiniBand rail: found no RDMA devices"
+            in proc.stderr)
+    shown = run(["launch", "--print", "--", "true"], step)
+    assert shown.returncode == 1 and "# slurmfabric: error: fabric.type=ib" in shown.stdout
+    assert run(["launch", "--fabric-type", "auto", "--", "true"], step).returncode == 0
+
+
+def test_a_cpu_node_never_imports_the_plan(tmp_path):
+    """No GPU and no RDMA device (this machine): env/launch skip discovery entirely, for
+    auto and tcp alike; ib on such a node is an error, not a silent TCP job."""
+    from slurmfabric.commands.env import _has_accelerators
+
+    assert not _has_accelerators(), "this test needs a machine without GPUs and RDMA devices"
+    step = {k: v for k, v in STEP.items() if k != "SLURMFABRIC_NO_PLAN"}
+    probe = (
+        "import sys\nfrom slurmfabric import cli\n"
+        "cli.main(['launch', '--print', '--', 'true'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('slurmfabric.plan', "
+        "'slurmfabric.topology'))))\n"
+    )
+    for kind in ("auto", "tcp"):
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              env={**os.environ, **step, "SLURMFABRIC_FABRIC_TYPE": kind})
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == "[]", (kind, proc.stdout)
+    proc = run(["launch", "--", "true"], {**step, "SLURMFABRIC_FABRIC_TYPE": "roce",
+                                           "SLURMD_NODENAME": "n2"})
+    assert proc.returncode == 1 and "fabric.type=roce but node n2 has no GPU and no RDMA " \
+        "device" in proc.stderr
+    proc = run(["launch", "--", "true"], {**step, "SLURMFABRIC_FABRIC_TYPE": "infiniband"})
+    assert proc.returncode == 2 and "fabric type 'infiniband' is not accepted" in proc.stderr

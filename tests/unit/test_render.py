@@ -3,8 +3,10 @@ run-time (not render-time) per-node values, and shellcheck on every rendered scr
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jinja2
@@ -255,3 +257,39 @@ def test_bash_syntax_of_every_script(tmp_path: Path) -> None:
         path.write_text(text)
         proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert proc.returncode == 0, (name, proc.stderr)
+
+
+def test_the_script_uses_the_nodes_slurmfabric_unless_asked(tmp_path) -> None:
+    script = render_sbatch(load_config(sets=["launcher.type=srun", "job.ntasks_per_node=1",
+                                             'program.command=["true"]']))
+    assert "sf_bin=slurmfabric\n" in script and sys.executable not in script
+    assert 'bash -c "$sf_check" sf-check "$sf_bin"' in script
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfabric", "render", "--embed-bin", "--set",
+         "launcher.type=srun", "--set", "job.ntasks_per_node=1", "--set",
+         'program.command=["true"]'], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "SLURMFABRIC_SITE_DEFAULTS": ""})
+    assert proc.returncode == 0, proc.stderr
+    embedded = str(Path(sys.executable).parent / "slurmfabric")
+    assert f"sf_bin={embedded}\n" in proc.stdout
+    assert proc.stderr.startswith(f"slurmfabric: warning: the script runs {embedded} on every "
+                                  "node, but it lies in the clone ")
+
+
+@pytest.mark.parametrize("field", ["launcher.slurmfabric", "launcher.torchrun",
+                                   "launcher.mpirun", "launcher.slurmfabric_module"])
+def test_helper_programs_are_not_options(field: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        config_for("srun", f"{field}=--help")
+    assert any(line.startswith(f"{field}: ") and "not starting with '-'" in line
+               for line in error.value.problems), error.value.problems
+
+
+def test_nccl_tests_mpi_plugin_and_gpus_per_rank() -> None:
+    launch = render_launch(config_for("nccl-tests", "launcher.nccl_tests.mpi=pmi2",
+                                      "launcher.nccl_tests.gpus_per_rank=2"))
+    assert launch.startswith("srun --mpi=pmi2 ") and " --ngpus 2 " in launch
+    script = render_sbatch(config_for("nccl-tests", "launcher.nccl_tests.gpus_per_rank=2"))
+    assert "#SBATCH --ntasks-per-node=2\n" in script  # 4 GPUs per node, 2 per rank
+    with pytest.raises(ConfigError, match="gpus_per_rank: 3 does not divide"):
+        config_for("nccl-tests", "launcher.nccl_tests.gpus_per_rank=3")
