@@ -2,8 +2,12 @@
 
 Exit codes follow Slurm's contract: non-zero from a prolog drains the node and requeues the
 job, so we set our precise reason first (Slurm then keeps it instead of "Prolog error").
-A broken site config fails open (exit 0, logged loudly): a config rollout must never drain
-the whole cluster. A state lock that cannot be taken fails closed: never "pass silently".
+Only a failing *check* may drain. slurmfabric's own faults fail open, decided in one place
+(``fail_open``): a site config that cannot be read or is invalid, or an internal error,
+exits 0, is logged to syslog and the hook log, and sets the Prometheus gauge
+``slurmfabric_health_hook_error`` to 1 so alerting sees it; a cluster-wide config typo must
+never drain every node at the next job. ``health check`` reports the same config error with
+exit 2. A state lock that cannot be taken fails closed: never "pass silently".
 """
 
 from __future__ import annotations
@@ -52,6 +56,20 @@ def _detail(blocking: list) -> str:
     return detail
 
 
+def fail_open(hook: str, node: str, what: str, error: BaseException,
+              cfg: siteconfig.SiteConfig | None = None, config: str | None = None) -> int:
+    """slurmfabric's own fault, not the node's: log it everywhere we can, exit 0."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if not isinstance(error, ConfigError):
+        text = f"{type(error).__name__}: {text}"
+    message = f"slurmfabric health {hook} node={node}: {what}, NOT draining (fail-open): {text}"
+    _emergency(message)
+    runner_cfg = cfg.runner if cfg is not None else siteconfig.salvage_runner(config)
+    outputs.log_raw(runner_cfg, [message])
+    outputs.write_hook_error(runner_cfg, node, hook, 1)
+    return 0
+
+
 def run_hook(hook: str, config: str | None = None,
              env: Mapping[str, str] | None = None) -> int:
     """Run the ``prolog`` or ``epilog`` hook for this node; return the exit code."""
@@ -60,9 +78,17 @@ def run_hook(hook: str, config: str | None = None,
     try:
         cfg = siteconfig.load(node, config)
     except ConfigError as exc:
-        _emergency(f"slurmfabric health {hook} node={node}: config error, NOT checking "
-                   f"(fail-open): {exc}")
-        return 0
+        return fail_open(hook, node, "config error", exc, config=config)
+    except Exception as exc:  # a bug in reading the config is still not the node's fault
+        return fail_open(hook, node, "internal error reading the config", exc, config=config)
+    try:
+        return _run_hook(hook, cfg, node, env)
+    except Exception as exc:
+        return fail_open(hook, node, "internal error", exc, cfg=cfg)
+
+
+def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
+              env: Mapping[str, str]) -> int:
     _set_path(cfg)
     ctx = Context.from_env(hook, node, dict(env),
                            scope_gpus=bool(cfg.runner["scope_to_job_gpus"]))
@@ -102,6 +128,7 @@ def run_hook(hook: str, config: str | None = None,
             report = outputs.report_dict(run, outcome, exit_code)
             outputs.write_report(cfg, report)
             outputs.write_prometheus(cfg, run)
+            outputs.write_hook_error(cfg.runner, node, hook, 0)
     except HealthError as exc:  # lock timeout: fail loudly, never pass silently
         exit_code, note = 1, str(exc)
     except OSError as exc:  # unwritable state dir: still decide on the checks

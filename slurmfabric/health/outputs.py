@@ -127,9 +127,36 @@ def log_lines(run: Any, drain: Any, exit_code: int) -> list[str]:
     return lines
 
 
+def write_hook_error(runner: dict[str, Any], node: str, hook: str, value: int) -> Path | None:
+    """``slurmfabric_health_hook_error`` 1 when a hook failed open on its own fault, 0 after a
+    hook ran cleanly: its own textfile beside the checks' (``<prometheus_file>.hook``), so a
+    failed-open run does not erase the last real check results."""
+    target = str(runner.get("prometheus_file") or "")
+    if not target:
+        return None
+    base = target.replace("{node}", node)
+    path = Path((base[:-5] if base.endswith(".prom") else base) + ".hook.prom")
+    labels = _labels((("node", node), ("hook", hook)))
+    text = ("# HELP slurmfabric_health_hook_error 1: the last hook failed open on its own "
+            "config or internal error (nothing was checked); 0: it ran.\n"
+            "# TYPE slurmfabric_health_hook_error gauge\n"
+            f"slurmfabric_health_hook_error{labels} {value}\n")
+    try:
+        state.write_atomic(path, text)
+    except OSError:
+        return None
+    return path
+
+
 def log(cfg: SiteConfig, lines: list[str], worst_status: str) -> None:
     """Append to the log file and send to syslog (the journal on systemd nodes)."""
-    path = str(cfg.runner.get("log_file") or "")
+    log_raw(cfg.runner, lines, worst_status, syslog_too=True)
+
+
+def log_raw(runner: dict[str, Any], lines: list[str], worst_status: str = "error",
+            syslog_too: bool = False) -> None:
+    """The log file part of ``log`` for a runner table that may be partial (fail-open)."""
+    path = str(runner.get("log_file") or "")
     if path:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         text = "".join(f"{stamp} {line}\n" for line in lines)
@@ -143,7 +170,7 @@ def log(cfg: SiteConfig, lines: list[str], worst_status: str) -> None:
                 os.close(fd)
         except OSError:
             pass  # syslog below still carries the lines
-    if cfg.runner.get("syslog"):
+    if syslog_too and runner.get("syslog"):
         import syslog
 
         priority = {"ok": syslog.LOG_INFO, "warn": syslog.LOG_WARNING}.get(

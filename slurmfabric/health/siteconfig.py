@@ -125,16 +125,45 @@ class SiteConfig:
         return Path(self.runner["report_dir"] or self.state_dir / "reports")
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a health config is a few KiB; /dev/zero must not be read whole
+
+
 def _load_toml(path: Path) -> dict[str, Any]:
+    """Parse ``path``; every way a file can be unreadable is a ConfigError, never a crash."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.9/3.10 only
         import tomli as tomllib
+    import stat
+
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):  # a directory, a FIFO with no writer, a device
+            raise ConfigError([f"{path}: not a regular file"],
+                              hint="point --config / SLURMFABRIC_HEALTH_CONFIG at a TOML file")
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from exc
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path}: larger than {MAX_CONFIG_BYTES} bytes; not a health config"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset "
+                           f"{exc.start})"], hint="TOML files are UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deeply to be a health config"]) from None
+    except ValueError as exc:  # TOMLDecodeError, and integers past Python's digit limit
+        raise ConfigError([f"{path}: not valid TOML: {_one_line(str(exc))}"]) from None
+    return data
+
+
+def _one_line(text: str) -> str:
+    """Text for a one-line message: control characters shown by their escapes."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)[:300]
 
 
 def config_path(explicit: str | None = None) -> tuple[Path, bool]:
@@ -157,30 +186,150 @@ def load(node: str, explicit: str | None = None) -> SiteConfig:
                 hint=f"create it, or unset {CONFIG_ENV} to use {DEFAULT_PATH}",
             )
         return resolve({}, node, None)
-    return resolve(_load_toml(path), node, str(path))
+    data = _load_toml(path)
+    try:
+        return resolve(data, node, str(path))
+    except ConfigError:
+        raise
+    except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
+        # a shape resolve() does not know yet: still one line, still the config's fault
+        raise ConfigError([f"{path}: cannot be read as a health config: "
+                           f"{type(exc).__name__}: {_one_line(str(exc))}"]) from None
+
+
+def salvage_runner(explicit: str | None = None) -> dict[str, Any]:
+    """Where a broken config wanted its log file and metrics, as far as can be read safely:
+    the defaults, with [runner] log_file/prometheus_file taken over when they are strings."""
+    runner = dict(RUNNER_DEFAULTS)
+    try:
+        path, _ = config_path(explicit)
+        data = _load_toml(path)
+    except Exception:
+        return runner
+    raw = data.get("runner") if isinstance(data, dict) else None
+    if isinstance(raw, dict):
+        for key in ("log_file", "prometheus_file"):
+            value = raw.get(key)
+            if isinstance(value, str) and "\x00" not in value:
+                runner[key] = value
+    return runner
 
 
 def _check_keys(table: dict[str, Any], known: set[str], where: str, problems: list[str]) -> None:
     for key in table:
         if key not in known:
-            problems.append(
-                f"unknown key {key!r} in {where}; known keys: {', '.join(sorted(known))}")
+            problems.append(f"unknown key {_one_line(repr(key))} in {where}; known keys: "
+                            f"{', '.join(sorted(known))}")
+
+
+# Numeric keys whose value must lie in a range (low, high), both inclusive; None: no bound.
+# NaN and infinities are refused everywhere: a budget of inf would wait forever.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "budget_s": (0.1, 3600), "probe_timeout_s": (0.1, 600), "lock_timeout_s": (0.1, 600),
+    "drain_retries": (0, 100), "drain_retry_s": (0, 60), "breaker_fraction": (0.0, 1.0),
+    "breaker_min_nodes": (1, None), "keep_reports": (0, 100000),
+    "gpus": (0, 1024), "gpu_max_temp_c": (0, 150), "gpu_warn_temp_c": (0, 150),
+    "pcie_gen": (1, 7), "pcie_width": (1, 32), "retired_pages_max": (0, None),
+    "throttle_fail_mask": (0, None), "throttle_warn_mask": (0, None), "rdma_ports": (0, 1024),
+    "rdma_rate_gbps": (1, 10000), "min_free_mem_gb": (0, None),
+}
+INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "gpus", "pcie_gen",
+                "pcie_width", "retired_pages_max", "throttle_fail_mask", "throttle_warn_mask",
+                "rdma_ports"}
+STRING_LISTS = {"rdma_devices", "leftover_ignore"}
+NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks"}
+NODE_CHOICES: dict[str, tuple[str, ...]] = {
+    "gpu_source": ("auto", "nvml", "nvidia-smi"),
+    "rdma_link_layer": ("InfiniBand", "Ethernet"),
+}
+
+
+def _number_problem(value: Any, key: str, integer: bool) -> str | None:
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{key} = {_one_line(repr(value))} should be a number"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{key} = {value!r}: not a finite number"
+    if integer and isinstance(value, float) and not value.is_integer():
+        return f"{key} = {value!r} should be a whole number"
+    low, high = RANGES.get(key, (None, None))
+    if (low is not None and value < low) or (high is not None and value > high):
+        span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
+        return f"{key} = {value!r} is outside {span}"
+    return None
 
 
 def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) -> Any:
-    """Light type checking against the default's type, so typos fail at load, not at 3 am."""
-    if default is None or value is None:
-        return value
+    """Type and range checks against the default, so typos fail at load, not at 3 am."""
+    def bad(text: str) -> Any:
+        problems.append(f"{where}: {text}")
+        return default
+
+    if value is None:
+        return None
+    if key in RANGES:
+        problem = _number_problem(value, key, key in INTEGER_KEYS)
+        return bad(problem) if problem else value
     if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, (int, float)):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        problems.append(
-            f"{where}: {key} = {value!r} should be a {type(default).__name__} like {default!r}"
-        )
+        return value if isinstance(value, bool) else bad(
+            f"{key} = {_one_line(repr(value))} should be true or false")
+    if key in STRING_LISTS:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return bad(f"{key} should be a list of strings, got {_one_line(repr(value))[:80]}")
+        return value
+    if key in NUMBER_MAPS:
+        if not isinstance(value, dict):
+            return bad(f"{key} should be a table of name = number")
+        for name, number in value.items():
+            problem = _number_problem(number, f"{key}.{name}", key != "disks")
+            if problem is None and number < 0:
+                problem = f"{key}.{name} = {number!r} is negative"
+            if problem:
+                return bad(problem)
+        return value
+    if key == "commands":
+        return _commands(value, where, problems)
+    if key in NODE_CHOICES:
+        if value not in NODE_CHOICES[key]:
+            return bad(f"{key} = {_one_line(repr(value))}; use one of "
+                       f"{', '.join(repr(c) for c in NODE_CHOICES[key])}")
+        return value
+    if key == "gdr":
+        return value if isinstance(value, bool) else bad(f"gdr = {_one_line(repr(value))} "
+                                                         "should be true or false")
+    if default is not None and not isinstance(value, type(default)):
+        return bad(f"{key} = {_one_line(repr(value))} should be a {type(default).__name__} "
+                   f"like {default!r}")
+    if isinstance(value, str) and ("\x00" in value or "\n" in value):
+        return bad(f"{key} = {_one_line(repr(value))}: NUL or newline in a value")
+    return value
+
+
+def _commands(value: Any, where: str, problems: list[str]) -> list[Any]:
+    """``commands = [{name, argv, hooks, timeout_s}]``: site probes, each argv a list."""
+    if not isinstance(value, list):
+        problems.append(f"{where}: commands should be a list of tables")
+        return []
+    for i, item in enumerate(value, 1):
+        at = f"{where}: commands #{i}"
+        if not isinstance(item, dict):
+            problems.append(f"{at} should be a table with name and argv")
+            continue
+        argv = item.get("argv")
+        if not isinstance(item.get("name"), str) or not item.get("name"):
+            problems.append(f"{at}: name should be a non-empty string")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            problems.append(f"{at}: argv should be a non-empty list of strings")
+        hooks = item.get("hooks", [])
+        if not isinstance(hooks, list) or not all(h in HOOKS for h in hooks):
+            problems.append(f"{at}: hooks should be a list of {', '.join(HOOKS)}")
+        if "timeout_s" in item:
+            problem = _number_problem(item["timeout_s"], "timeout_s", False)
+            if problem is None and not 0 < item["timeout_s"] <= 600:
+                problem = f"timeout_s = {item['timeout_s']!r} is outside 0..600"
+            if problem:
+                problems.append(f"{at}: {problem}")
     return value
 
 
@@ -191,6 +340,19 @@ def resolve(data: dict[str, Any], node: str, path: str | None) -> SiteConfig:
     _check_keys(data, {"runner", "nodes", "checks"}, where_file, problems)
     runner = dict(RUNNER_DEFAULTS)
     raw_runner = data.get("runner", {})
+    raw_nodes = data.get("nodes", [])
+    raw_checks = data.get("checks", {})
+    if not isinstance(raw_runner, dict):
+        problems.append(f"runner should be a table ([runner]), got {_one_line(repr(raw_runner))}")
+        raw_runner = {}
+    if not isinstance(raw_nodes, list) or not all(isinstance(b, dict) for b in raw_nodes):
+        problems.append("nodes should be an array of tables ([[nodes]] blocks), got "
+                        f"{_one_line(repr(raw_nodes))[:80]}")
+        raw_nodes = []
+    if not isinstance(raw_checks, dict):
+        problems.append(f"checks should be a table ([checks.NAME]), got "
+                        f"{_one_line(repr(raw_checks))[:80]}")
+        raw_checks = {}
     _check_keys(raw_runner, set(RUNNER_DEFAULTS), "[runner]", problems)
     for key, value in raw_runner.items():
         if key in RUNNER_DEFAULTS:
@@ -200,11 +362,16 @@ def resolve(data: dict[str, Any], node: str, path: str | None) -> SiteConfig:
             problems.append(f"[runner]: {key} = {value!r}; use one of "
                             f"{', '.join(repr(a) for a in allowed)}")
     expect = {k: v for k, v in NODE_DEFAULTS.items() if k != "match"}
-    for i, block in enumerate(data.get("nodes", []), 1):
+    for i, block in enumerate(raw_nodes, 1):
         where = f"[[nodes]] #{i}"
         _check_keys(block, set(NODE_DEFAULTS), where, problems)
+        match = block.get("match", "*")
+        if not isinstance(match, str):
+            problems.append(f"{where}: match = {_one_line(repr(match))} should be a hostlist "
+                            "string like 'gpu[001-128]'")
+            continue
         try:
-            covered = node_matches(node, str(block.get("match", "*")))
+            covered = node_matches(node, match)
         except ValueError as exc:
             problems.append(f"{where}: match: {exc}")
             continue
@@ -214,7 +381,7 @@ def resolve(data: dict[str, Any], node: str, path: str | None) -> SiteConfig:
             if key != "match" and key in NODE_DEFAULTS:
                 expect[key] = _typed(value, NODE_DEFAULTS[key], key, where, problems)
     checks: dict[str, CheckPolicy] = {}
-    for name, table in data.get("checks", {}).items():
+    for name, table in raw_checks.items():
         where = f"[checks.{name!r}]"
         if not isinstance(table, dict):
             problems.append(f"{where} must be a table")
@@ -231,14 +398,19 @@ def _policy(table: dict[str, Any], where: str, problems: list[str]) -> CheckPoli
     choices = {"severity": ("fail", "warn"), "action": ("drain", "report"),
                "on_error": ("fail", "pass")}
     for key, allowed in choices.items():
-        if key in table and table[key] not in allowed:
+        if key in table and (not isinstance(table[key], str) or table[key] not in allowed):
             problems.append(f"{where}: {key} = {table[key]!r}; use one of {allowed}")
     hooks = table.get("hooks")
     if hooks is not None:
+        if not isinstance(hooks, list):
+            problems.append(f"{where}: hooks should be a list of {', '.join(HOOKS)}")
+            hooks = []
         bad = [h for h in hooks if h not in HOOKS]
         if bad:
-            problems.append(f"{where}: hooks {bad} unknown; use some of {HOOKS}")
-        hooks = tuple(hooks)
+            problems.append(f"{where}: hooks {_one_line(repr(bad))} unknown; use some of {HOOKS}")
+        hooks = tuple(h for h in hooks if isinstance(h, str))
+    if "enabled" in table and not isinstance(table["enabled"], bool):
+        problems.append(f"{where}: enabled should be true or false")
     return CheckPolicy(
         enabled=bool(table.get("enabled", True)),
         severity=table.get("severity"),

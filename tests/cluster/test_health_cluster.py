@@ -125,3 +125,26 @@ def test_faulty_node_is_drained_job_requeued_and_resumed(cluster: Cluster, tmp_p
     assert "DRAIN" not in faulty_state and not faulty_reason, (faulty_state, faulty_reason)
     admin_state, admin_reason = cluster.node_state(admin)
     assert "DRAIN" in admin_state and admin_reason.startswith(ADMIN_REASON)
+
+
+def test_a_broken_site_config_drains_no_node(cluster: Cluster, tmp_path, request) -> None:
+    """One typo in the cluster-wide health config (here: nodes as a list of strings and an
+    infinite budget) must not drain the nodes a job lands on: the prolog fails open."""
+    _wait(lambda: _idle(cluster), 180, "an idle cluster (other tests' jobs to finish)")
+    cfg = tmp_path / "health.toml"
+    cfg.write_text(f'nodes = ["{cluster.nodes[0]}"]\n[runner]\nbudget_s = inf\n'
+                   f'log_file = "{tmp_path / "hook.log"}"\n')
+    hooks = tmp_path / "hooks"
+    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
+                 _slurmfabric(), "--config", str(cfg)])
+    request.addfinalizer(lambda: cluster.set_extra_conf(""))
+    cluster.set_extra_conf(f"Prolog={hooks}/slurmfabric-prolog\n"
+                           f"Epilog={hooks}/slurmfabric-epilog\n")
+    job = cluster.submit("#!/bin/sh\necho ran\n", "-N", str(len(cluster.nodes)), "-t", "5")
+    assert cluster.wait(job, timeout=120) == "COMPLETED", cluster.job(job)
+    for name in cluster.nodes:
+        state, reason = cluster.node_state(name)
+        assert "DRAIN" not in state and not reason, (name, state, reason)
+    log = (tmp_path / "hook.log").read_text()
+    assert log.count("config error, NOT draining (fail-open)") >= 2 * len(cluster.nodes), log
+    assert "nodes should be an array of tables" in log and "budget_s = inf" in log

@@ -37,7 +37,7 @@ def test_config_path_from_env_and_missing_named_file(tmp_path, monkeypatch) -> N
 
 @pytest.mark.parametrize(("text", "message"), [
     ("[[nodes]]\ngpu_count = 8\n", "unknown key 'gpu_count' in [[nodes]] #1"),
-    ("[runner]\nbudget_s = \"20\"\n", "budget_s = '20' should be a float"),
+    ("[runner]\nbudget_s = \"20\"\n", "budget_s = '20' should be a number"),
     ("[[nodes]]\nmatch = \"n[3-1]\"\n", "match:"),
     ('[checks."gpu.ecc"]\nseverity = "info"\n', "severity = 'info'"),
     ("[runner\n", "not valid TOML"),
