@@ -572,6 +572,7 @@ def with_user_values(
         ours["SLURMFABRIC_ADDR_POLICY"] = rank_env.addr_policy
     if rank_env.port_range != DEFAULT_PORT_RANGE:
         ours["SLURMFABRIC_PORT_RANGE"] = "{}-{}".format(*rank_env.port_range)
-    final[MARKER] = " ".join(f"{k}={v}" for k, v in ours.items() if " " not in v)
+    final[MARKER] = " ".join(f"{k}={v}" for k, v in ours.items()
+                             if v and not any(c.isspace() for c in v))
     final[MARKER_JOB] = rank_env.job_id
     return final, kept

@@ -29,7 +29,7 @@ from slurmfabric.errors import ConfigError
 CONFIG_MARKER = "# slurmfabric-config: "
 _PACKAGE_TEMPLATES = Path(__file__).resolve().parent / "templates"  # wheel (force-include)
 _REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"  # editable install
-_SBATCH_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=[^\s'\"#\\`$]+)?$")
+_SBATCH_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=[^\s'\"#\\`$]+)?\Z")
 
 
 class Shell(str):

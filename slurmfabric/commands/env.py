@@ -236,21 +236,28 @@ def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) 
         import json
 
         return json.dumps(final, indent=2, sort_keys=False) + "\n"
+    from slurmfabric.textcheck import one_line
+
     lines = []
     if fmt == "export":
+        # Comment lines hold user values: a newline there would end the comment and run the
+        # rest under eval, so every non-printable character is shown by its escape.
         lines += [
-            f"# slurmfabric: kept {key}={quote(value)} (already set; --override replaces it)"
+            f"# slurmfabric: kept {key}={one_line(quote(value), 200)} (already set; "
+            "--override replaces it)"
             for key, value in kept.items()
         ]
         for warning in getattr(plan, "warnings", ()) or ():
-            lines.append("# slurmfabric: warning: " + " ".join(str(warning).split()))
+            lines.append("# slurmfabric: warning: " + one_line(" ".join(str(warning).split()),
+                                                               1000))
         lines += [f"export {key}={quote(value)}" for key, value in final.items()]
     else:  # dotenv: KEY=value, double-quoted when needed
         for key, value in final.items():
             if value and all(c in _SAFE for c in value):
                 lines.append(f"{key}={value}")
             else:
-                escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+                escaped = (value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+                           .replace("`", "\\`").replace("\n", "\\n").replace("\r", "\\r"))
                 lines.append(f'{key}="{escaped}"')
     return "\n".join(lines) + "\n"
 
@@ -258,5 +265,9 @@ def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) 
 def main(argv: list[str]) -> int:
     opts, _ = parse_options(argv, "slurmfabric env", USAGE, _FLAGS[:3])
     _, final, kept, plan = build(opts, dict(os.environ))
-    sys.stdout.write(render(final, kept, str(opts["--format"]), plan))
+    text = render(final, kept, str(opts["--format"]), plan)
+    sys.stdout.flush()
+    # surrogateescape: a value with bytes that are not UTF-8 goes out as those same bytes
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.flush()
     return 0

@@ -101,4 +101,6 @@ def _print(final, kept, plan, binding, command, no_bind: bool) -> None:
             f"mem_node={getattr(binding, 'mem_node', None)} ({getattr(binding, 'reason', '')})"
         )
     out.append("exec " + " ".join(env_cmd.quote(arg) for arg in command))
-    print("\n".join(out))
+    sys.stdout.flush()
+    sys.stdout.buffer.write(("\n".join(out) + "\n").encode("utf-8", "surrogateescape"))
+    sys.stdout.flush()

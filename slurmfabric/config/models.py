@@ -23,16 +23,16 @@ NCCL_TESTS_OPS = (
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "URG")
 
 # sbatch --time forms (sbatch(1)): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, plus unlimited.
-_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
+_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)\Z")
 TIME_FORMS = "MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, " \
     "DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS or UNLIMITED"
 # Conservative job names: safe in every #SBATCH parser, squeue column and file name.
-_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-=@:]{0,127}$")
-_MEM = re.compile(r"^\d+[KMGT]?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-=@:]{0,127}\Z")
+_MEM = re.compile(r"^\d+[KMGT]?\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # #SBATCH values: sbatch and pyslurm split these lines on whitespace and cut at '#', so a
 # value must be one plain word.
-_SBATCH_WORD = re.compile(r"^[^\s'\"#\\`$]+$")
+_SBATCH_WORD = re.compile(r"^[^\s'\"#\\`$]+\Z")
 
 
 def _sbatch_word(value: Optional[str], what: str) -> Optional[str]:
@@ -243,6 +243,42 @@ class ProgramSection(Section):
     container_mounts: list[str] = Field(default_factory=list)
     modules: list[str] = Field(default_factory=list)
 
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if value and (not value[0] or value[0].startswith("-")):
+            raise ValueError(
+                f"the program {value[0]!r} is empty or starts with '-', so a launcher would "
+                "read it as an option; accepted: a program name or path first, its "
+                "arguments after it"
+            )
+        return value
+
+    @field_validator("modules")
+    @classmethod
+    def _modules(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or name.startswith("-") or any(c.isspace() for c in name):
+                raise ValueError(
+                    f"module {name!r} is not a module name (empty, a leading '-' or "
+                    "whitespace); accepted: names like 'cuda/12.4'"
+                )
+        return value
+
+    @field_validator("container_mounts")
+    @classmethod
+    def _mounts(cls, value: list[str]) -> list[str]:
+        # pyxis --container-mounts=SRC[:DST[:FLAGS]],...: ',' separates mounts, so an item
+        # holding one would silently become several (one of them could mount '/').
+        for item in value:
+            parts = item.split(":")
+            if "," in item or not item or len(parts) > 3 or not all(parts[:2]):
+                raise ValueError(
+                    f"container mount {item!r} is not one SRC[:DST[:FLAGS]] (no ',', at most "
+                    "two ':'); accepted: one list item per mount, e.g. '/data:/data:ro'"
+                )
+        return value
+
     @field_validator("env", mode="before")
     @classmethod
     def _env_values(cls, value: Any) -> Any:
@@ -359,6 +395,38 @@ def cross_field_problems(job: JobSection, launcher: LauncherSection,
     return problems
 
 
+# Fields whose text is free (textcheck.py): what the program receives, byte for byte.
+_FREE_TEXT = {("program", "command"), ("launcher", "srun_args"), ("launcher", "mpirun_args"),
+              ("program", "env")}
+
+
+def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
+    """Every string in the raw config checked by kind, before any other validation, so a
+    NUL, an undecodable byte or a control character is named with its field."""
+    from slurmfabric.textcheck import one_line, problem
+
+    out: list[str] = []
+    where = ".".join(path)
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str):
+                bad = problem(key, "strict")
+                if bad:
+                    out.append(f"{where + '.' if where else ''}{one_line(repr(key))}: the name "
+                               f"{bad}")
+                    continue
+            out += text_problems(value, (*path, str(key)))
+    elif isinstance(data, (list, tuple)):
+        for index, item in enumerate(data):
+            out += text_problems(item, (*path[:-1], f"{path[-1]}[{index}]") if path else ())
+    elif isinstance(data, str):
+        base = tuple(part.split("[")[0] for part in path[:2])
+        bad = problem(data, "free" if base in _FREE_TEXT else "strict")
+        if bad:
+            out.append(f"{where}: {bad}")
+    return out
+
+
 class JobConfig(BaseSettings):
     """A whole job. Built by ``load_config`` from CLI sets, environment and TOML files."""
 
@@ -384,6 +452,14 @@ class JobConfig(BaseSettings):
         from slurmfabric.config.sources import EnvSource, active_file_sources
 
         return (init_settings, EnvSource(settings_cls), *active_file_sources(settings_cls))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        problems = text_problems(data)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return data
 
     @model_validator(mode="after")
     def _cross_fields(self) -> JobConfig:

@@ -30,15 +30,9 @@ _FILES: ContextVar[tuple[Path, ...]] = ContextVar("slurmfabric_config_files", de
 
 def read_toml(path: Path) -> dict[str, Any]:
     """One TOML file as a dict; a missing or malformed file is a ConfigError naming it."""
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such config file"]) from None
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    from slurmfabric.tomlfile import read_toml_file
+
+    return read_toml_file(path)
 
 
 class TomlFileSource(PydanticBaseSettingsSource):
@@ -67,8 +61,28 @@ class EnvSource(EnvSettingsSource):
     ``omp_num_threads``; the original spelling is restored from the environment.
     """
 
+    def decode_complex_value(self, field_name: str, field: Any, value: Any) -> Any:
+        """List, tuple and table fields take JSON or a TOML value (``[20000, 29999]``)."""
+        import json
+
+        try:
+            return json.loads(value)
+        except (ValueError, TypeError):
+            pass
+        try:
+            return tomllib.loads(f"v = {value}")["v"]
+        except (ValueError, TypeError, RecursionError):
+            self._bad = (field_name, value)
+            raise ValueError(f"{field_name}: not JSON or a TOML value") from None
+
     def __call__(self) -> dict[str, Any]:
-        data = super().__call__()
+        from pydantic_settings import SettingsError
+
+        self._bad: tuple[str, Any] | None = None
+        try:
+            data = super().__call__()
+        except SettingsError as exc:
+            raise ConfigError([self._problem(exc)]) from None
         for section, field in _CASED_DICTS:
             values = data.get(section, {}).get(field) if isinstance(data.get(section), dict) \
                 else None
@@ -79,6 +93,21 @@ class EnvSource(EnvSettingsSource):
                        for name in os.environ if name.lower().startswith(prefix)}
             data[section][field] = {spelled.get(k, k): v for k, v in values.items()}
         return data
+
+
+    def _problem(self, exc: Exception) -> str:
+        """Name the variable that could not be decoded, and the form it takes."""
+        field, value = self._bad or ("", None)
+        names = [name for name, text in os.environ.items()
+                 if name.upper().startswith(self.env_prefix.upper())
+                 and (not field or name.lower().endswith(field.lower()))
+                 and (value is None or text == value)]
+        name = names[0] if names else f"{self.env_prefix}*"
+        shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(value))[:80]
+        return (f"{name}: {shown!r} is not a list or table value; accepted: JSON or a TOML "
+                f"value, e.g. {name}='[20000, 29999]' or '[\"a\", \"b\"]' or "
+                "'{\"KEY\" = \"value\"}'" if value is not None else
+                f"{name}: {' '.join(str(exc).split())}")
 
 
 @contextmanager

@@ -25,12 +25,13 @@ pydantic. Node sets are selected by hostlist expression; every ``[[nodes]]`` blo
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurmfabric.errors import ConfigError
+from slurmfabric.textcheck import one_line as _one_line
+from slurmfabric.tomlfile import read_toml_file
 
 DEFAULT_PATH = "/etc/slurmfabric/health.toml"
 CONFIG_ENV = "SLURMFABRIC_HEALTH_CONFIG"
@@ -129,41 +130,8 @@ MAX_CONFIG_BYTES = 1 << 20  # a health config is a few KiB; /dev/zero must not b
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
-    """Parse ``path``; every way a file can be unreadable is a ConfigError, never a crash."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.9/3.10 only
-        import tomli as tomllib
-    import stat
-
-    try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):  # a directory, a FIFO with no writer, a device
-            raise ConfigError([f"{path}: not a regular file"],
-                              hint="point --config / SLURMFABRIC_HEALTH_CONFIG at a TOML file")
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError([f"{path}: larger than {MAX_CONFIG_BYTES} bytes; not a health config"])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError([f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset "
-                           f"{exc.start})"], hint="TOML files are UTF-8") from None
-    try:
-        data = tomllib.loads(text)
-    except RecursionError:
-        raise ConfigError([f"{path}: nested too deeply to be a health config"]) from None
-    except ValueError as exc:  # TOMLDecodeError, and integers past Python's digit limit
-        raise ConfigError([f"{path}: not valid TOML: {_one_line(str(exc))}"]) from None
-    return data
-
-
-def _one_line(text: str) -> str:
-    """Text for a one-line message: control characters shown by their escapes."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)[:300]
+    return read_toml_file(path, MAX_CONFIG_BYTES,
+                          hint="point --config / SLURMFABRIC_HEALTH_CONFIG at a TOML file")
 
 
 def config_path(explicit: str | None = None) -> tuple[Path, bool]:

@@ -30,7 +30,7 @@ CASES: dict[str, tuple[object, str]] = {
     "budget-inf": (b"[runner]\nbudget_s = inf\n", "budget_s = inf: not a finite number"),
     "budget-nan": (b"[runner]\nbudget_s = nan\n", "budget_s = nan: not a finite number"),
     "budget-negative": (b"[runner]\nbudget_s = -1\n", "budget_s = -1 is outside 0.1..3600"),
-    "deep-nesting": (DEEP.encode(), "nested too deeply to be a health config"),
+    "deep-nesting": (DEEP.encode(), "nested too deeply to be a config"),
     "huge-integer": (b"[runner]\ndrain_retries = " + b"9" * 5000 + b"\n", "not valid TOML"),
     "match-int": (b"[[nodes]]\nmatch = 7\n", "match = 7 should be a hostlist string"),
     "gpus-string": (b'[[nodes]]\ngpus = "eight"\n', "gpus = 'eight' should be a number"),

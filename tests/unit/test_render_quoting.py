@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from slurmfabric.config import load_config
 from slurmfabric.render import render_sbatch
@@ -94,6 +95,12 @@ def test_hostile_values_arrive_byte_for_byte(stub_dir: Path, tmp_path_factory, l
             f"launcher.slurmfabric={stub_dir / 'slurmfabric'}",
             f"launcher.torchrun={stub_dir / 'torchrun'}", f"launcher.mpirun={stub_dir / 'mpirun'}"]
     sets.append("launcher.nproc_per_node=2" if launcher == "torchrun" else "job.ntasks_per_node=2")
+    refused = _refused(args, env, workdir_path)
+    if refused:  # the text rules of slurmfabric/textcheck.py: a clear error, never a script
+        with pytest.raises(ValidationError) as error:
+            _config(sets, args, env, workdir_path)
+        assert refused in str(error.value), (refused, str(error.value))
+        return
     config = _config(sets, args, env, workdir_path)
     script = base / "job.sh"
     script.write_text(render_sbatch(config))
@@ -109,6 +116,21 @@ def test_hostile_values_arrive_byte_for_byte(stub_dir: Path, tmp_path_factory, l
     if workdir_path is not None:
         assert got["cwd"] == str(workdir_path)
     assert not canary.exists()
+
+
+def _refused(args: list[str], env: dict[str, str], workdir: Path | None) -> str | None:
+    """The field the text rules must refuse, or None when every value may pass."""
+    from slurmfabric.textcheck import problem
+
+    for i, arg in enumerate(args, start=5):  # after python -I -S -c PROBE
+        if problem(arg, "free"):
+            return f"program.command[{i}]"
+    for name, value in env.items():
+        if problem(value, "free"):
+            return f"program.env.{name}"
+    if workdir is not None and problem(str(workdir), "strict"):
+        return "program.workdir"
+    return None
 
 
 def _config(sets: list[str], args: list[str], env: dict[str, str], workdir: Path | None):
