@@ -11,7 +11,8 @@ ruff check slurmfabric tests benchmarks
 
 echo "== pytest"
 set +e
-python -m pytest -p no:cacheprovider "$@"
+# --durations: the slowest tests (the hostile-input suites, the cluster jobs) with their times
+python -m pytest -p no:cacheprovider --durations=8 "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

@@ -52,6 +52,20 @@ class Deadline(Exception):
         self.state = state
 
 
+class OutputLimit(Deadline):
+    """The command printed more than ``max_bytes``: killed like a hung one (an endless
+    ``iblinkinfo`` must not fill memory before its deadline)."""
+
+    def __init__(self, max_bytes: int, state: str | None) -> None:
+        Exception.__init__(self, f"printed more than {max_bytes} bytes")
+        self.timeout = 0.0
+        self.state = state
+        self.max_bytes = max_bytes
+
+
+MAX_OUTPUT = 256 << 20  # a 10,000-port iblinkinfo is a few MB
+
+
 def process_state(pid: int) -> str | None:
     """The one-letter state from /proc/<pid>/stat (R, S, D, Z ...), None if gone."""
     try:
@@ -91,8 +105,10 @@ def run(
     *,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    max_bytes: int = MAX_OUTPUT,
 ) -> Finished:
-    """Run ``cmd`` (argv, never a shell) with stdin closed; raise ``Deadline`` on timeout.
+    """Run ``cmd`` (argv, never a shell) with stdin closed; raise ``Deadline`` on timeout
+    and ``OutputLimit`` (a Deadline) when stdout or stderr passes ``max_bytes``.
 
     ``FileNotFoundError``/``PermissionError`` from starting it propagate unchanged.
     Output is decoded as UTF-8 with replacement: tools may print anything.
@@ -108,13 +124,46 @@ def run(
         cwd=cwd,
         close_fds=True,
     )
-    try:
-        out, err = proc.communicate(timeout=max(timeout, 0.001))
-    except subprocess.TimeoutExpired:
-        raise Deadline(timeout, kill_group(proc)) from None
+    out, err = _collect(proc, start + max(timeout, 0.001), timeout, max_bytes)
     return Finished(
         proc.returncode,
         out.decode("utf-8", "replace"),
         err.decode("utf-8", "replace"),
         time.monotonic() - start,
     )
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float, timeout: float,
+             max_bytes: int) -> tuple[bytes, bytes]:
+    """Read both pipes until EOF, the deadline or the byte cap, whichever comes first."""
+    import selectors
+
+    buffers: dict[int, bytearray] = {}
+    with selectors.DefaultSelector() as selector:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                selector.register(stream, selectors.EVENT_READ)
+                buffers[stream.fileno()] = bytearray()
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Deadline(timeout, kill_group(proc))
+            for key, _ in selector.select(remaining):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffer = buffers[key.fd]
+                buffer += chunk
+                if len(buffer) > max_bytes:
+                    raise OutputLimit(max_bytes, kill_group(proc))
+    try:
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.001))
+    except subprocess.TimeoutExpired:  # pipes closed early, the process lingers
+        raise Deadline(timeout, kill_group(proc)) from None
+    out = bytes(buffers.get(proc.stdout.fileno(), b"")) if proc.stdout else b""
+    err = bytes(buffers.get(proc.stderr.fileno(), b"")) if proc.stderr else b""
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return out, err

@@ -81,6 +81,40 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except Exception as error:  # noqa: BLE001 - the last line of defence: never a traceback
+        return _unexpected(name, error)
+
+
+def _unexpected(name: str, error: Exception) -> int:
+    """An error no command turned into a message: one line; exit 2 where it is the input's
+    fault (a file that is not text, too deep, too big, unreadable), 70 (EX_SOFTWARE) for a
+    bug. SLURMFABRIC_DEBUG=1 shows the traceback."""
+    import os
+
+    from slurmfabric.textcheck import one_line
+
+    if os.environ.get("SLURMFABRIC_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exc()
+    detail = one_line(str(error), 300)
+    code = 2
+    if isinstance(error, UnicodeError):
+        text = f"input is not valid UTF-8 text ({detail})"
+    elif isinstance(error, RecursionError):
+        text = "input nested too deeply"
+    elif isinstance(error, MemoryError):
+        text = "input too large for memory"
+    elif isinstance(error, OSError) and error.filename is not None:
+        text = f"{one_line(str(error.filename))}: {error.strerror or detail}"
+    elif isinstance(error, ValueError) and "limit" in detail and "digits" in detail:
+        text = f"a number in the input is too long ({detail})"
+    else:
+        code = 70
+        text = (f"internal error in '{name}': {type(error).__name__}: {detail} (a bug: please "
+                "report it; SLURMFABRIC_DEBUG=1 shows the traceback)")
+    print(f"slurmfabric: error: {text}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

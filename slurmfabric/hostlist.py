@@ -284,6 +284,9 @@ def index(expr: str, name: str) -> int:
             continue
         size = _pattern_size(item)
         if _may_contain(item, name):
+            if size > MAX_HOSTS:  # a4[1-65536]b[1-65536]: 4 billion names to look through
+                raise HostlistError(expr, offset, f"an item of {size} names is more than the "
+                                    f"limit of {MAX_HOSTS} to search")
             names = _expand_pattern(item)
             if name in names:
                 return position + names.index(name)

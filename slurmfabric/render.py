@@ -37,10 +37,41 @@ class Shell(str):
 
 
 def q(value: Any) -> Shell:
-    """One shell word, quoted so bash passes it on byte for byte."""
+    """One shell word, quoted so bash passes it on byte for byte.
+
+    A backslash right before a quote (``'a\\'``) is valid bash but reads like an escaped
+    quote to people and to shellcheck (SC1003), so such values put each backslash outside
+    the quotes: ``'a'\\``.
+    """
     if isinstance(value, Shell):
         return value
-    return Shell(shlex.quote(str(value)))
+    text = str(value)
+    if not text.isprintable():
+        return Shell(_ansi_c(text))
+    quoted = shlex.quote(text)
+    if quoted.startswith("="):  # export X==v is valid bash, but shellcheck reads '=='
+        quoted = f"'{text}'"
+    if "\\'" in quoted:
+        quoted = "\\\\".join(shlex.quote(part) if part else "" for part in text.split("\\"))
+    return Shell(quoted)
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _ansi_c(text: str) -> str:
+    """bash's ``$'...'`` form for text with control or other non-printable characters: the
+    script keeps one line per command (nothing that looks like an ``#SBATCH`` line), and each
+    such character is written as its UTF-8 bytes (``\\xHH``), exact in any locale."""
+    out = []
+    for ch in text:
+        if ch in _ANSI_C:
+            out.append(_ANSI_C[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append("".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8")))
+    return "$'" + "".join(out) + "'"
 
 
 def qargs(values: Iterable[Any]) -> Shell:

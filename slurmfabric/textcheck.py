@@ -51,3 +51,17 @@ def problem(value: str, kind: str) -> str | None:
             return (f"contains {_describe(ch)} at position {position}; accepted: printable "
                     "text without control, format or line-separator characters")
     return None
+
+
+def split_args(text: str, what: str) -> list[str]:
+    """Split an option value the way a shell would (``--ibdiag-args '-C mlx5_0'``); an
+    unbalanced quote is a one-line UsageError naming the option, never a traceback."""
+    import shlex
+
+    from slurmfabric.errors import UsageError
+
+    try:
+        return shlex.split(text)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise UsageError(f"{what} {one_line(repr(text), 120)}: {exc}",
+                         "quote it as you would in a shell, e.g. '-C mlx5_0 -P 1'") from None

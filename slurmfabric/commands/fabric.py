@@ -17,9 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 from slurmfabric.fabric import audit as fa
 from slurmfabric.fabric import names, parse, runner
+from slurmfabric.textcheck import split_args
 
 
 def _tool_options(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +29,10 @@ def _tool_options(parser: argparse.ArgumentParser) -> None:
     for tool in runner.TOOLS:
         group.add_argument(f"--{tool}", metavar="PATH", help=f"path of {tool}")
     group.add_argument("--ibdiag-args", metavar="ARGS", help="extra arguments for every tool")
-    group.add_argument("--timeout", type=float, default=60.0, help="seconds per tool call")
-    group.add_argument("--jobs", type=int, default=8, help="concurrent perfquery calls")
+    group.add_argument("--timeout", type=number(0, 3600, low_open=True),
+                       default=60.0, help="seconds per tool call")
+    group.add_argument("--jobs", type=number(1, 256, integer=True),
+                       default=8, help="concurrent perfquery calls")
     naming = parser.add_argument_group("node names")
     naming.add_argument("--node-map", metavar="FILE", help="node-name-map file: 0xGUID \"node\"")
     naming.add_argument(
@@ -37,7 +41,6 @@ def _tool_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _tools(args: argparse.Namespace) -> runner.Tools:
-    import shlex
 
     tools = runner.Tools.from_env()
     for tool in runner.TOOLS:
@@ -45,7 +48,7 @@ def _tools(args: argparse.Namespace) -> runner.Tools:
         if path:
             tools.paths[tool] = path
     if args.ibdiag_args is not None:
-        tools.extra_args = shlex.split(args.ibdiag_args)
+        tools.extra_args = split_args(args.ibdiag_args, "--ibdiag-args")
     tools.timeout = args.timeout
     tools.jobs = args.jobs
     return tools
@@ -65,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     p_audit.add_argument("--topology", metavar="FILE", help="expected ibnetdiscover topology")
     p_audit.add_argument("--expect-nodes", metavar="LIST", help="nodes that must be present")
     p_audit.add_argument("--expect-width", metavar="WIDTH", help="minimum width, e.g. 4X")
-    p_audit.add_argument("--expect-rate", metavar="GBPS", type=float, help="minimum Gb/s")
+    p_audit.add_argument("--expect-rate", metavar="GBPS", type=number(0, 10000, low_open=True),
+                         help="minimum Gb/s")
     p_audit.add_argument(
         "--threshold", metavar="NAME=N", action="append", default=[],
         help="error counter threshold (repeatable), e.g. SymbolErrorCounter=0",
@@ -96,10 +100,9 @@ def main(argv: list[str]) -> int:
 
 
 def _read(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    from slurmfabric.inputfile import read_text
+
+    return read_text(path, what, lenient=True)
 
 
 def _links(args: argparse.Namespace) -> int:
@@ -164,12 +167,11 @@ def _expect_nodes(text: str | None) -> list[str]:
 
 
 def _load_baseline(path: str) -> dict[str, object]:
-    try:
-        data = json.loads(_read(path, "baseline"))
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"baseline {path} is not JSON: {exc}",
-                         hint="use a file written by 'fabric audit --save' or --json") from exc
-    if not isinstance(data, dict) or "links" not in data:
+    from slurmfabric.inputfile import read_json
+
+    data = read_json(path, "baseline")
+    if not isinstance(data, dict) or not isinstance(data.get("links"), list) or not all(
+            isinstance(link, dict) for link in data["links"]):
         raise UsageError(f"baseline {path} has no 'links'; was it written by 'fabric audit'?")
     return data
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from slurmfabric import hostlist
+from slurmfabric.errors import UsageError
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +36,10 @@ def main(argv: list[str]) -> int:
         if names:
             print(args.sep.join(names))
     elif args.action == "compress":
+        total = sum(hostlist.count(e) for e in exprs(args.names))
+        if total > hostlist.MAX_HOSTS:
+            raise UsageError(f"hostlist compress: {total} names, more than the limit of "
+                             f"{hostlist.MAX_HOSTS}", "compress fewer names at a time")
         print(hostlist.compress(n for e in exprs(args.names) for n in hostlist.iter_hosts(e)))
     elif args.action == "count":
         print(sum(hostlist.count(e) for e in exprs(args.expr)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from slurmfabric.errors import UsageError
 from slurmfabric.validate.nccl_log import LogReport, merge, parse_log
@@ -27,15 +26,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read {path}: {exc.strerror}", hint="pass an existing log file"
-        ) from exc
+    from slurmfabric.inputfile import read_log_lines
+
+    return read_log_lines(path, "NCCL log")
 
 
 def render_table(report: LogReport) -> str:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 from slurmfabric.validate.nccl_tests import (
     TestRun,
@@ -34,12 +35,14 @@ def _parser() -> argparse.ArgumentParser:
     parse_p.add_argument("--json", action="store_true")
     how = parse_p.add_mutually_exclusive_group()
     how.add_argument("--rates", help="NIC port rates in Gb/s, comma-separated (400,400,...)")
-    how.add_argument("--ports", type=int, help="number of NIC ports per node (with --port-rate)")
+    how.add_argument("--ports", type=number(1, 1024, integer=True),
+                     help="number of NIC ports per node (with --port-rate)")
     how.add_argument("--discover", action="store_true",
                      help="expect the rate of the rails the plan picks on this node (ACTIVE "
                      "ports near a GPU; storage/frontend NICs left out)")
-    how.add_argument("--expect-busbw", type=float, help="minimum busbw in GB/s")
-    parse_p.add_argument("--port-rate", type=float, default=400.0,
+    how.add_argument("--expect-busbw", type=number(0, 100000, low_open=True),
+                     help="minimum busbw in GB/s")
+    parse_p.add_argument("--port-rate", type=number(0, 10000, low_open=True), default=400.0,
                          help="Gb/s per port with --ports (default 400)")
     parse_p.add_argument("--sysfs-root", help="root for --discover (tests, containers)")
     return p
@@ -47,10 +50,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _rates(args: argparse.Namespace) -> list[float] | None:
     if args.rates:
+        import argparse as _argparse
+
+        from slurmfabric.commands._args import rates
+
         try:
-            return [float(x) for x in args.rates.split(",") if x.strip()]
-        except ValueError as exc:
-            raise UsageError(f"--rates {args.rates!r}: expected numbers like 400,400") from exc
+            return rates(args.rates)
+        except _argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--rates {args.rates!r}: {exc}",
+                             "NIC port rates in Gb/s, e.g. --rates 400,400") from None
     if args.ports:
         return [args.port_rate] * args.ports
     if args.discover:
@@ -95,14 +103,9 @@ def _render(runs: list[TestRun], verdicts, rates) -> str:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     rates = _rates(args)
-    if args.file == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            with open(args.file, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
+    from slurmfabric.inputfile import read_log_lines
+
+    text = read_log_lines(args.file, "nccl-tests output")
     runs = parse(text)
     if not runs:
         raise UsageError(

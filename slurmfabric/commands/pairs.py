@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
+from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
+from slurmfabric.textcheck import split_args
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,8 +27,9 @@ def _parser() -> argparse.ArgumentParser:
                    "all_reduce_perf -b 1G -e 8G -f 2 -g 1)")
     s.add_argument("--partition")
     s.add_argument("--time", dest="time_limit", help="job time limit")
-    s.add_argument("--tasks-per-node", type=int, default=1, help="ranks per node (GPUs)")
-    s.add_argument("--gpus-per-node", type=int)
+    s.add_argument("--tasks-per-node", type=number(1, 1024, integer=True),
+                   default=1, help="ranks per node (GPUs)")
+    s.add_argument("--gpus-per-node", type=number(0, 1024, integer=True))
     s.add_argument("--mpi", help="srun --mpi plugin for MPI builds of nccl-tests (e.g. pmix)")
     s.add_argument("--srun-arg", action="append", default=[], help="extra srun argument")
     s.add_argument("--sbatch-arg", action="append", default=[], help="extra #SBATCH argument")
@@ -41,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("results")
     r.add_argument("--json", action="store_true")
     r.add_argument("--svg", help="write an SVG heatmap here")
-    r.add_argument("--threshold", type=float, default=0.8,
+    r.add_argument("--threshold", type=number(0, 1, low_open=True), default=0.8,
                    help="a pair is low below this fraction of the reference (default 0.8)")
     r.add_argument("--drain", action="store_true",
                    help="drain suspect nodes (reason 'slurmfabric: pairs: ...')")
@@ -77,7 +79,7 @@ def _plan(args: argparse.Namespace):
         rounds = schedule_pairs(chosen)
     else:
         rounds = round_robin(nodes)
-    command = shlex.split(args.command) if args.command else list(DEFAULT_COMMAND)
+    command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
     return SweepPlan(
         nodes=nodes, rounds=rounds, results=Path(args.results), command=command,
         partition=args.partition, time_limit=args.time_limit,

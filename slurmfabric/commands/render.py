@@ -75,13 +75,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if args.from_script:
         if args.config or args.sets:
             raise UsageError("--from-script cannot be combined with -c or --set")
+        from slurmfabric.inputfile import read_text
         from slurmfabric.render import config_from_script
 
-        try:
-            text = Path(args.from_script).read_text()
-        except OSError as exc:
-            raise UsageError(f"{args.from_script}: cannot read: {exc.strerror}") from None
-        return config_from_script(text)
+        return config_from_script(read_text(args.from_script, "script", 16 << 20,
+                                            lenient=True))
     from slurmfabric.config import load_config
 
     return load_config(args.config, args.sets, args.site_defaults)

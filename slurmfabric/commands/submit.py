@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from slurmfabric.commands._args import number
 from slurmfabric.commands.render import (
     add_config_arguments,
     chosen_bin,
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wait", action="store_true",
                         help="wait for the job to end, print its output file, and exit 0 only "
                         "if it COMPLETED")
-    parser.add_argument("--timeout", type=float, default=600,
+    parser.add_argument("--timeout", type=number(0, 10**7, low_open=True), default=600,
                         help="seconds --wait waits before giving up (default 600)")
     parser.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[],
                         metavar="ARG", help="extra sbatch command-line argument (repeatable)")

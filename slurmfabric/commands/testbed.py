@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from slurmfabric.commands._args import number
 from slurmfabric.testbed import Settings, Testbed, default_state_dir
 
 UP_OPTIONS = ("nodes", "prefix", "cpus", "ctld_port", "node_port_base", "addr_prefix")
@@ -24,15 +25,19 @@ def _parser() -> argparse.ArgumentParser:
     # Defaults are None: an option not given keeps the state dir's saved settings, so
     # `up --state-dir X` restarts X's cluster as it was, not on the default ports.
     d = Settings()
-    p.add_argument("-n", "--nodes", type=int, help=f"virtual nodes (up; default {d.nodes})")
+    p.add_argument("-n", "--nodes", type=number(1, 64, integer=True),
+                   help=f"virtual nodes (up; default {d.nodes})")
     p.add_argument("--prefix", help=f"node name prefix (up; default {d.prefix})")
-    p.add_argument("--cpus", type=int, help=f"CPUs declared per node (up; default {d.cpus})")
-    p.add_argument("--ctld-port", type=int, help=f"SlurmctldPort (up; default {d.ctld_port})")
-    p.add_argument("--node-port-base", type=int,
+    p.add_argument("--cpus", type=number(1, 4096, integer=True),
+                   help=f"CPUs declared per node (up; default {d.cpus})")
+    p.add_argument("--ctld-port", type=number(1024, 65535, integer=True),
+                   help=f"SlurmctldPort (up; default {d.ctld_port})")
+    p.add_argument("--node-port-base", type=number(1024, 65535, integer=True),
                    help=f"first slurmd port; node i uses base+i (up; default {d.node_port_base})")
     p.add_argument("--addr-prefix",
                    help=f"node i gets address PREFIX<i+1> (up; default {d.addr_prefix})")
-    p.add_argument("--timeout", type=float, default=60, help="seconds to wait for idle nodes")
+    p.add_argument("--timeout", type=number(0, 3600, low_open=True),
+                   default=60, help="seconds to wait for idle nodes")
     return p
 
 

@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from slurmfabric.commands._args import number
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -33,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--explain", action="store_true", help="the reason for every choice")
     parser.add_argument(
-        "--ntasks", type=int, default=None, help="local ranks to plan for (default: one per GPU)"
+        "--ntasks", type=number(1, 1024, integer=True), default=None,
+        help="local ranks to plan for (default: one per GPU)"
     )
     parser.add_argument(
         "--master-addr",

@@ -421,7 +421,9 @@ def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
             out += text_problems(item, (*path[:-1], f"{path[-1]}[{index}]") if path else ())
     elif isinstance(data, str):
         base = tuple(part.split("[")[0] for part in path[:2])
-        bad = problem(data, "free" if base in _FREE_TEXT else "strict")
+        # the program itself (command[0]) is an executable path: strict, like the others
+        free = base in _FREE_TEXT and not (len(path) >= 2 and path[1] == "command[0]")
+        bad = problem(data, "free" if free else "strict")
         if bad:
             out.append(f"{where}: {bad}")
     return out

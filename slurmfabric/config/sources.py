@@ -135,7 +135,7 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
     problems: list[str] = []
     for item in items:
         key, sep, raw = item.partition("=")
-        parts = key.strip().split(".")
+        parts = key.strip(" ").split(".")  # only spaces: a control character is refused
         if not sep or not all(parts):
             problems.append(f"--set {item!r}: expected KEY=VALUE with a dotted key, "
                             "e.g. job.nodes=2")

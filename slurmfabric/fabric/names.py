@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from slurmfabric.errors import UsageError
 
@@ -58,10 +57,9 @@ def parse_node_map(text: str, source: str = "node map") -> dict[str, str]:
 def load_namer(map_file: str | None, pattern: str | None) -> NodeNamer:
     by_guid: dict[str, str] = {}
     if map_file:
-        try:
-            text = Path(map_file).read_text()
-        except OSError as exc:
-            raise UsageError(f"cannot read node map {map_file}: {exc.strerror}") from exc
+        from slurmfabric.inputfile import read_text
+
+        text = read_text(map_file, "node map")
         by_guid = parse_node_map(text, map_file)
     if pattern:
         try:

@@ -47,7 +47,9 @@ class Tools:
             if path:
                 tools.paths[name] = path
         args = environ.get("SLURMFABRIC_IBDIAG_ARGS", "")
-        tools.extra_args = shlex.split(args)
+        from slurmfabric.textcheck import split_args
+
+        tools.extra_args = split_args(args, "SLURMFABRIC_IBDIAG_ARGS")
         return tools
 
     def command(self, tool: str, args: Iterable[str]) -> list[str]:

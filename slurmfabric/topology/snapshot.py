@@ -139,14 +139,17 @@ def write_tarball(root: object, path: str | os.PathLike[str]) -> Topology:
 
 def load(path: str | os.PathLike[str]) -> Topology:
     """Read a snapshot written by ``write_json`` or ``write_tarball``."""
+    from slurmfabric.inputfile import read_bytes, shape_error
+
     path = Path(path)
     if not path.exists():
         raise TopologyError(f"no such topology snapshot: {path}")
-    if tarfile.is_tarfile(path):
+    raw = read_bytes(str(path), "topology snapshot", 256 << 20)  # regular file, capped
+    if tarfile.is_tarfile(io.BytesIO(raw)):
         from slurmfabric.topology import discover
 
         with tempfile.TemporaryDirectory(prefix="slurmfabric-topo-") as tmp:
-            with tarfile.open(path) as tar:
+            with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
                 if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse escaping links
                     tar.extractall(tmp, filter="data")
                 else:  # pragma: no cover - older Pythons
@@ -154,14 +157,22 @@ def load(path: str | os.PathLike[str]) -> Topology:
             topo = discover(tmp, nvml=False)
             return replace(topo, root=f"{path} (tarball)")  # type: ignore[return-value]
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise TopologyError(f"{path}: nested too deeply to be a topology snapshot") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise TopologyError(
             f"{path} is neither a tarball nor JSON ({error})",
             hint="create it with 'slurmfabric topo snapshot -o FILE'",
         ) from error
     if isinstance(data, dict) and isinstance(data.get("plan"), dict) and "topology" in data:
-        return from_dict(data["topology"])  # the output of 'slurmfabric topo --json'
-    if not isinstance(data, dict) or data.get("slurmfabric_topology") != FORMAT:
+        body = data["topology"]  # the output of 'slurmfabric topo --json'
+    elif not isinstance(data, dict) or data.get("slurmfabric_topology") != FORMAT:
         raise TopologyError(f"{path} is not a slurmfabric topology snapshot (format {FORMAT})")
-    return from_dict(data["topology"])
+    else:
+        body = data.get("topology")
+    try:
+        return from_dict(body)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise shape_error(str(path), "topology snapshot", exc,
+                          "a snapshot written by 'slurmfabric topo snapshot'") from None

@@ -215,14 +215,20 @@ def write_plan(plan: SweepPlan) -> Path:
 
 
 def read_plan(results: Path) -> dict:
+    from slurmfabric.inputfile import read_json, shape_error
+
     path = results / PLAN_FILE
+    if not results.is_dir():
+        raise UsageError(f"{results}: not a directory",
+                         hint="pass the results directory given to 'pairs submit'")
+    data = read_json(str(path), "pair plan")
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(
-            f"{path}: {exc.strerror}", hint="pass the results directory given to 'pairs submit'"
-        ) from exc
-    except ValueError as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}") from exc
-    data["rounds"] = [[tuple(p) for p in rnd] for rnd in data.get("rounds", [])]
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+            raise TypeError("no 'nodes' list")
+        data["rounds"] = [[tuple(str(n) for n in p) for p in rnd] for rnd in data.get("rounds", [])]
+        if any(len(p) != 2 for rnd in data["rounds"] for p in rnd):
+            raise ValueError("a pair does not have two nodes")
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise shape_error(str(path), "pair plan", exc, "a plan written by 'pairs submit'") \
+            from None
     return data

@@ -56,7 +56,8 @@ class Analysis:
 
 def _read_int(path: Path) -> int | None:
     try:
-        return int(path.read_text().strip())
+        text = path.read_text(errors="replace").strip()
+        return int(text) if len(text) < 20 else None  # an exit code, not 5,000 digits
     except (OSError, ValueError):
         return None
 
@@ -66,7 +67,7 @@ def load_pair(results: Path, round_index: int, pair: Pair) -> PairResult:
     res = PairResult(round=round_index + 1, pair=pair)
     res.rc = _read_int(base.with_suffix(".rc"))
     try:
-        tasks = base.with_suffix(".tasks").read_text().splitlines()
+        tasks = base.with_suffix(".tasks").read_text(errors="replace").splitlines()
     except OSError:
         tasks = []
     starts, ends = [], []

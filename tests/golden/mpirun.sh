@@ -30,5 +30,6 @@ slurmfabric_job_env="$("$sf_bin" env)"
 eval "$slurmfabric_job_env"
 
 # --- launch (mpirun) ---
-mpirun -np 4 --map-by ppr:2:node --bind-to none \
+mpirun_bin=mpirun
+"$mpirun_bin" -np 4 --map-by ppr:2:node --bind-to none \
   slurmfabric launch --mode mpi -- ./allreduce

@@ -1,0 +1,111 @@
+"""Read the files the tools are given (logs, outputs, maps, plans, baselines, snapshots)
+safely: one owner for size caps, file kinds, text decoding and JSON shape errors.
+
+Every failure is a UsageError (exit 2) naming the file: not a regular file (a directory, a
+FIFO with no writer, ``/dev/zero``), larger than the cap, not UTF-8 where text is required,
+not JSON, nested too deeply, or JSON of the wrong shape. ``-`` reads standard input, with
+the same cap. Logs are decoded with ``errors="replace"`` (a stray byte in a 10 GB log should
+not hide the NCCL lines around it); structured inputs must be UTF-8.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import Any
+
+from slurmfabric.errors import UsageError
+from slurmfabric.textcheck import one_line
+
+LOG_MAX_BYTES = 4 << 30  # an NCCL log or nccl-tests output; read in bounded lines
+DATA_MAX_BYTES = 64 << 20  # plans, baselines, maps, snapshots
+
+
+def _open(path: str, what: str):
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise UsageError(f"{what} {path}: {kind}", f"pass the {what} as a regular file")
+    try:
+        return open(path, "rb")  # noqa: SIM115 - closed by the caller's with-block
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def read_bytes(path: str, what: str, max_bytes: int = DATA_MAX_BYTES) -> bytes:
+    handle = _open(path, what)
+    try:
+        raw = handle.read(max_bytes + 1)
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
+    if len(raw) > max_bytes:
+        raise UsageError(f"{what} {path}: larger than {max_bytes} bytes")
+    return raw
+
+
+def read_text(path: str, what: str, max_bytes: int = DATA_MAX_BYTES, *,
+              lenient: bool = False) -> str:
+    """The file as text; ``lenient`` replaces undecodable bytes (logs), else they are an
+    error naming the offset."""
+    raw = read_bytes(path, what, max_bytes)
+    try:
+        return raw.decode("utf-8", "replace" if lenient else "strict")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} {path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset "
+                         f"{exc.start})") from None
+
+
+def read_log_lines(path: str, what: str, max_line: int = 1 << 16,
+                   max_bytes: int = LOG_MAX_BYTES) -> str:
+    """A log as text, each line cut at ``max_line`` characters (NCCL and nccl-tests lines
+    are short; a 20 MB line of noise must not make the parsers quadratic), in bounded
+    memory per line."""
+    handle = _open(path, what)
+    out: list[str] = []
+    total = 0
+    try:
+        while True:
+            line = handle.readline(max_line + 1)
+            if not line:
+                break
+            total += len(line)
+            if total > max_bytes:
+                raise UsageError(f"{what} {path}: larger than {max_bytes} bytes")
+            if len(line) > max_line and not line.endswith(b"\n"):
+                while True:  # skip the rest of the over-long line without keeping it
+                    rest = handle.readline(1 << 20)
+                    total += len(rest)
+                    if not rest or rest.endswith(b"\n") or total > max_bytes:
+                        break
+                line = line[:max_line] + b"\n"
+            out.append(line.decode("utf-8", "replace"))
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
+    return "".join(out)
+
+
+def read_json(path: str, what: str, max_bytes: int = DATA_MAX_BYTES) -> Any:
+    import json
+
+    text = read_text(path, what, max_bytes)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise UsageError(f"{what} {path}: nested too deeply") from None
+    except ValueError as exc:
+        raise UsageError(f"{what} {path}: not valid JSON: {one_line(str(exc))}") from None
+
+
+def shape_error(path: str, what: str, error: BaseException, expected: str) -> UsageError:
+    """A one-line error for JSON of the wrong shape (a KeyError/TypeError while reading)."""
+    detail = one_line(f"{type(error).__name__}: {error}", 160)
+    return UsageError(f"{what} {path}: not {expected} ({detail})",
+                      f"use a file written by slurmfabric ({expected})")
