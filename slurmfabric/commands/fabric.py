@@ -105,6 +105,17 @@ def _read(path: str, what: str) -> str:
     return read_text(path, what, lenient=True)
 
 
+def _links_of(text: str, args: argparse.Namespace, namer: names.NodeNamer) -> list[fa.Link]:
+    """The fabric's links; an input with none is an error, never an audit that passes."""
+    links = fa.build_links(parse.parse_iblinkinfo(text), namer)
+    if not links:
+        where = args.input or "iblinkinfo"
+        raise UsageError(f"{where}: no links found in the iblinkinfo output",
+                         "record it with 'iblinkinfo --switches-only -l' or run on a node "
+                         "that sees the fabric")
+    return links
+
+
 def _links(args: argparse.Namespace) -> int:
     tools = _tools(args)
     if args.local:
@@ -119,7 +130,7 @@ def _links(args: argparse.Namespace) -> int:
         return 0
     namer = names.load_namer(args.node_map, args.name_pattern)
     text = _read(args.input, "iblinkinfo output") if args.input else runner.iblinkinfo(tools)
-    links = fa.build_links(parse.parse_iblinkinfo(text), namer)
+    links = _links_of(text, args, namer)
     if args.node:
         links = [link for link in links if link.node == args.node]
         if not links:
@@ -181,7 +192,7 @@ def _audit(args: argparse.Namespace) -> int:
     namer = names.load_namer(args.node_map, args.name_pattern)
     thresholds = _thresholds(args)
     text = _read(args.input, "iblinkinfo output") if args.input else runner.iblinkinfo(tools)
-    links = fa.build_links(parse.parse_iblinkinfo(text), namer)
+    links = _links_of(text, args, namer)
     counters: dict[str, dict[str, int]] = {}
     errors: list[str] = []
     if not args.no_counters and not args.input:

@@ -24,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--sysfs-root",
         metavar="DIR",
+        type=sysfs_root,
         help="read sysfs/procfs under DIR (default: $SLURMFABRIC_SYSFS_ROOT or /)",
     )
     source.add_argument(
@@ -55,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def sysfs_root(text: str) -> str:
+    """--sysfs-root: a directory that holds a sys/ tree (a fixture, a container's view)."""
+    if not os.path.isdir(os.path.join(text, "sys")):
+        raise argparse.ArgumentTypeError(f"{text!r} has no sys/ directory: not a sysfs root")
+    return text
+
+
 def _snapshot(argv: list[str]) -> int:
     from slurmfabric.topology import discover, snapshot
 
@@ -68,7 +76,7 @@ def _snapshot(argv: list[str]) -> int:
         metavar="FILE",
         help="FILE.json for the parsed snapshot, anything else for a tar.gz",
     )
-    parser.add_argument("--sysfs-root", metavar="DIR")
+    parser.add_argument("--sysfs-root", metavar="DIR", type=sysfs_root)
     args = parser.parse_args(argv)
     if args.output.endswith(".json"):
         topo = discover(args.sysfs_root)

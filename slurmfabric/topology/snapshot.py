@@ -154,6 +154,9 @@ def load(path: str | os.PathLike[str]) -> Topology:
                     tar.extractall(tmp, filter="data")
                 else:  # pragma: no cover - older Pythons
                     tar.extractall(tmp)  # noqa: S202
+            if not os.path.isdir(os.path.join(tmp, "sys")):
+                raise TopologyError(f"{path}: the tarball holds no sys/ tree",
+                                    hint="create it with 'slurmfabric topo snapshot -o FILE'")
             topo = discover(tmp, nvml=False)
             return replace(topo, root=f"{path} (tarball)")  # type: ignore[return-value]
     try:

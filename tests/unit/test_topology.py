@@ -183,8 +183,9 @@ def test_snapshot_rejects_foreign_files(tmp_path: Path) -> None:
 
 
 def test_topo_cli_on_this_machine_says_nothing_found(tmp_path: Path, capsys, monkeypatch) -> None:
-    # This machine (and an empty root) has no GPUs and no RDMA: say so plainly.
+    # This machine (and a root with an empty sys/) has no GPUs and no RDMA: say so plainly.
     monkeypatch.delenv("SLURMFABRIC_SYSFS_ROOT", raising=False)
+    (tmp_path / "sys").mkdir()
     for argv in ([], ["--sysfs-root", str(tmp_path)]):
         assert topo_cmd.main(argv) == 0
         text = capsys.readouterr().out
