@@ -115,17 +115,19 @@ def check_execution(plan: dict, pairs: list[PairResult]) -> list[str]:
             problems.append(f"round {res.round}: pair {res.pair[0]}+{res.pair[1]} ran on "
                             f"{','.join(sorted(set(res.ran_on)))}")
     nodes = plan["nodes"]
-    for i, a in enumerate(nodes):
-        for b in nodes[i + 1:]:
-            count = seen.get(frozenset((a, b)), 0)
-            if count != 1 and len(plan["rounds"]) and _full_sweep(plan):
-                problems.append(f"pair {a}+{b} measured {count} times (expected once)")
-    for rnd in sorted({r.round for r in pairs}):
-        used: dict[str, int] = {}
-        for res in (r for r in pairs if r.round == rnd):
-            for node in set(res.ran_on):
-                used[node] = used.get(node, 0) + 1
-        twice = sorted(n for n, c in used.items() if c > 1)
+    if len(plan["rounds"]) and _full_sweep(plan):  # once, not per pair (was O(N^3))
+        for i, a in enumerate(nodes):
+            for b in nodes[i + 1:]:
+                count = seen.get(frozenset((a, b)), 0)
+                if count != 1:
+                    problems.append(f"pair {a}+{b} measured {count} times (expected once)")
+    by_round: dict[int, dict[str, int]] = {}
+    for res in pairs:
+        used = by_round.setdefault(res.round, {})
+        for node in set(res.ran_on):
+            used[node] = used.get(node, 0) + 1
+    for rnd in sorted(by_round):
+        twice = sorted(n for n, c in by_round[rnd].items() if c > 1)
         if twice:
             problems.append(f"round {rnd}: {', '.join(twice)} ran in two pairs at once")
     return problems
@@ -151,11 +153,23 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
     """Robust outliers against the median and the node (or link) that explains them."""
     failed = list(failed or [])
     measured = {frozenset(p): v for p, v in values.items() if v is not None}
+    # Every per-node question below is answered from these indexes, built in one pass over
+    # the pairs: the report stays linear in the number of pairs (N^2/2), not N^3.
+    of_node: dict[str, list[float]] = {n: [] for n in nodes}
+    values_of: dict[str, list[tuple[Pair, float | None]]] = {n: [] for n in nodes}
+    failed_of: dict[str, list[Pair]] = {n: [] for n in nodes}
+    for p, v in measured.items():
+        for n in p:
+            of_node.setdefault(n, []).append(v)
+    for p, v in values.items():
+        for n in set(p):
+            values_of.setdefault(n, []).append((p, v))
+    for p in failed:
+        for n in set(p):
+            failed_of.setdefault(n, []).append(p)
 
-    def pairs_of(node: str) -> list[float]:
-        return [v for p, v in measured.items() if node in p]
-
-    node_median = {n: (statistics.median(pairs_of(n)) if pairs_of(n) else None) for n in nodes}
+    node_median = {n: (statistics.median(of_node[n]) if of_node.get(n) else None)
+                   for n in nodes}
     medians = [m for m in node_median.values() if m is not None]
     reference = statistics.median(medians) if medians else None
     cut = threshold * reference if reference else None
@@ -164,19 +178,20 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
                 if cut is not None and med is not None and med < cut]
     # Failed pairs: a node that fails with most of its partners is the suspect too.
     for n in nodes:
-        tried = [p for p in values if n in p] + [p for p in failed if n in p and p not in values]
-        bad = [p for p in failed if n in p]
-        if n not in suspects and tried and len(bad) * 2 > len(tried) and len(bad) >= 2:
+        bad = failed_of.get(n, [])
+        tried = len(values_of.get(n, [])) + sum(1 for p in bad if p not in values)
+        if n not in suspects and tried and len(bad) * 2 > tried and len(bad) >= 2:
             suspects.append(n)
-    links = [p for p in low + failed if not (set(p) & set(suspects))]
+    suspect_set = set(suspects)
+    links = [p for p in low + failed if not (set(p) & suspect_set)]
     # Report percentages against healthy pairs only (no suspect involved).
-    healthy = [v for p, v in measured.items() if not (set(p) & set(suspects))]
+    healthy = [v for p, v in measured.items() if not (set(p) & suspect_set)]
     ref_ok = statistics.median(healthy) if healthy else reference
     messages = []
     for n in suspects:
-        mine = [(p, v) for p, v in values.items() if n in p]
+        mine = values_of.get(n, [])
         vals = [v for _, v in mine if v is not None]
-        nfailed = sum(1 for p in failed if n in p)
+        nfailed = len(failed_of.get(n, []))
         if vals and ref_ok:
             pct = 100.0 * statistics.median(vals) / ref_ok
             lows = sum(1 for v in vals if v < threshold * ref_ok)
