@@ -326,12 +326,7 @@ def resolve(
         master_addr = previous["MASTER_ADDR"]  # resolved once for this job, e.g. iface:
     else:
         master_addr = master_address(master_host, policy, env, node_addr, iface_addr)
-    if is_loopback(master_addr) and env.get("SLURMFABRIC_ALLOW_LOOPBACK") != "1":
-        raise RankEnvError(
-            f"MASTER_ADDR would be the loopback address {master_addr!r} "
-            f"(policy {policy}, first node {master_host})",
-            LOOPBACK_HINT,
-        )
+    _refuse_loopback(master_addr, policy, master_host, env)
 
     common = dict(
         job_id=job_id,
@@ -406,6 +401,17 @@ def resolve(
     )
 
 
+def _refuse_loopback(master_addr: str, policy: str, master_host: str,
+                     env: Mapping[str, str]) -> None:
+    """Other nodes cannot reach a loopback MASTER_ADDR: refuse it unless allowed (testbed)."""
+    if is_loopback(master_addr) and env.get("SLURMFABRIC_ALLOW_LOOPBACK") != "1":
+        raise RankEnvError(
+            f"MASTER_ADDR would be the loopback address {master_addr!r} "
+            f"(policy {policy}, first node {master_host})",
+            LOOPBACK_HINT,
+        )
+
+
 def _published_port(previous: dict[str, str], master_host: str, port: int) -> int:
     """The port the batch shell checked and published, when this step has its master."""
     text = previous.get("MASTER_PORT", "")
@@ -456,12 +462,7 @@ def _mpi(
         master_addr = master_address(master_host, policy, env, node_addr, iface_addr)
     else:
         master_addr = master_host
-    if is_loopback(master_addr) and env.get("SLURMFABRIC_ALLOW_LOOPBACK") != "1":
-        raise RankEnvError(
-            f"MASTER_ADDR would be the loopback address {master_addr!r} (policy {policy}, "
-            f"first node {master_host})",
-            LOOPBACK_HINT,
-        )
+    _refuse_loopback(master_addr, policy, master_host, env)
     nnodes_text = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
     nnodes = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES") if nnodes_text else max(
         1, world // max(local_world, 1))
