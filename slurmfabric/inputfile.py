@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from slurmfabric.errors import UsageError
@@ -62,22 +63,19 @@ def read_text(path: str, what: str, max_bytes: int = DATA_MAX_BYTES, *,
                          f"{exc.start})") from None
 
 
-def read_log_lines(path: str, what: str, max_line: int = 1 << 16,
-                   max_bytes: int = LOG_MAX_BYTES) -> str:
-    """A log as text, each line cut at ``max_line`` characters (NCCL and nccl-tests lines
-    are short; a 20 MB line of noise must not make the parsers quadratic), in bounded
-    memory per line."""
+def iter_log_lines(path: str, what: str, max_line: int = 1 << 16,
+                   max_bytes: int = LOG_MAX_BYTES) -> Iterator[str]:
+    """A log's lines, one at a time (constant memory for a 1 GB log), each cut at
+    ``max_line`` characters: NCCL and nccl-tests lines are short, and a 20 MB line of noise
+    must not make a parser quadratic. Undecodable bytes are replaced."""
     handle = _open(path, what)
-    out: list[str] = []
     total = 0
     try:
         while True:
             line = handle.readline(max_line + 1)
             if not line:
-                break
+                return
             total += len(line)
-            if total > max_bytes:
-                raise UsageError(f"{what} {path}: larger than {max_bytes} bytes")
             if len(line) > max_line and not line.endswith(b"\n"):
                 while True:  # skip the rest of the over-long line without keeping it
                     rest = handle.readline(1 << 20)
@@ -85,11 +83,18 @@ def read_log_lines(path: str, what: str, max_line: int = 1 << 16,
                     if not rest or rest.endswith(b"\n") or total > max_bytes:
                         break
                 line = line[:max_line] + b"\n"
-            out.append(line.decode("utf-8", "replace"))
+            if total > max_bytes:
+                raise UsageError(f"{what} {path}: larger than {max_bytes} bytes")
+            yield line.decode("utf-8", "replace")
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
-    return "".join(out)
+
+
+def read_log_lines(path: str, what: str, max_line: int = 1 << 16,
+                   max_bytes: int = LOG_MAX_BYTES) -> str:
+    """The same lines as one text (for parsers that want the whole output)."""
+    return "".join(iter_log_lines(path, what, max_line, max_bytes))
 
 
 def read_json(path: str, what: str, max_bytes: int = DATA_MAX_BYTES) -> Any:

@@ -1,7 +1,7 @@
 """Build fake sysfs/procfs trees from a compact description, with real symlinks.
 
 The layout follows the kernel ABI (Documentation/ABI/testing/sysfs-class-infiniband,
-sysfs-bus-pci, sysfs-class-net, sysfs-devices-system-cpu and proc(5)) and FACTS.md §5/§7:
+sysfs-bus-pci, sysfs-class-net, sysfs-devices-system-cpu and proc(5)):
 ``/sys/class/infiniband/<dev>`` links to ``../../devices/pci.../<bdf>/infiniband/<dev>``,
 ``/sys/bus/pci/devices/<bdf>`` to the function's directory, ``device`` links back to the
 PCI function, VFs carry ``physfn``, bonds list ``bonding/slaves`` and slaves link ``master``.
@@ -114,6 +114,10 @@ class Node:
     files: dict[str, str] = field(default_factory=dict)
 
 
+def _is_bdf(part: str) -> bool:
+    return len(part) == 12 and part[4] == ":" and part[7] == ":" and part[10] == "."
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + "\n")
@@ -147,8 +151,12 @@ class _Tree:
         current.mkdir(parents=True, exist_ok=True)
         for bridge in parts[1:-1]:
             current = current / bridge
-            if not (current / "class").exists():
+            # Only PCI functions get PCI attributes: a virtual bus on the way (Hyper-V's
+            # LNXSYSTM:00/.../VMBUS:00/<guid>/pci0001:00) is plain directories in sysfs.
+            if _is_bdf(bridge) and not (current / "class").exists():
                 self._function(current, "0x8086", "0x1234", "0x060400", numa, local_cpulist)
+            else:
+                current.mkdir(parents=True, exist_ok=True)
         current = current / parts[-1]
         self._function(current, vendor, device, pci_class, numa, local_cpulist)
         if physfn:

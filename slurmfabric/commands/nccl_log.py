@@ -25,10 +25,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read(path: str) -> str:
-    from slurmfabric.inputfile import read_log_lines
+def _read(path: str):
+    from slurmfabric.inputfile import iter_log_lines
 
-    return read_log_lines(path, "NCCL log")
+    return iter_log_lines(path, "NCCL log")
 
 
 def render_table(report: LogReport) -> str:

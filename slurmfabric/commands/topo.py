@@ -12,6 +12,7 @@ import os
 import sys
 
 from slurmfabric.commands._args import number
+from slurmfabric.errors import UsageError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
         help="plan from a snapshot written by 'topo snapshot'",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--nccl-topo-xml", metavar="FILE",
+                        help="also write NCCL's topology XML for this node (for NCCL_TOPO_FILE)")
     parser.add_argument("--explain", action="store_true", help="the reason for every choice")
     parser.add_argument(
         "--ntasks", type=number(1, 1024, integer=True), default=None,
@@ -113,6 +116,15 @@ def main(argv: list[str]) -> int:
         fabric_type=args.fabric_type,
         node=os.uname().nodename,
     )
+    if args.nccl_topo_xml:
+        from slurmfabric.topology.nccl_topo import to_xml
+
+        try:
+            with open(args.nccl_topo_xml, "w", encoding="utf-8") as handle:
+                handle.write(to_xml(topo))
+        except OSError as exc:
+            raise UsageError(f"--nccl-topo-xml {args.nccl_topo_xml}: {exc.strerror}") from None
+        print(f"wrote {args.nccl_topo_xml}", file=sys.stderr)
     if args.json:
         from slurmfabric.topology.snapshot import to_dict
 

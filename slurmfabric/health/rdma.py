@@ -31,7 +31,8 @@ ERROR_COUNTERS = (
 # integrity error during a job is never normal; a few symbol errors can be.
 DEFAULT_DELTA_MAX = {"link_downed": 0, "local_link_integrity_errors": 0, "symbol_error": 10}
 DELTA_MAX_OTHER = 100
-# Absolute totals without a snapshot (GCM's critical level, FACTS.md section 6).
+# Absolute totals without a snapshot (the critical level of Meta's GCM health checks,
+# github.com/facebookresearch/gcm).
 ABS_MAX_DEFAULT = 100
 
 

@@ -18,7 +18,8 @@ from slurmfabric.topology.net import parse_ipv4, route_to
 __all__ = ["Plan", "RankBinding", "make_plan", "parse_nccl_version", "visible_gpus_from_env"]
 
 # NCCL >= 2.21 picks the RoCE GID itself (first configured, non-link-local, RoCE v2, IPv4
-# unless NCCL_IB_ADDR_FAMILY=AF_INET6); older NCCL defaults to index 0 (FACTS.md §5).
+# unless NCCL_IB_ADDR_FAMILY=AF_INET6); older NCCL defaults to index 0 (NCCL env docs,
+# docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-gid-index).
 AUTO_GID_SINCE = (2, 21)
 
 
@@ -138,6 +139,8 @@ def make_plan(
     choice = choose_rails(topo, family)
     plan = Plan(fabric="tcp", rails=choice, fabric_type=contract.check_type(fabric_type))
     plan.warnings.extend(choice.warnings)
+    plan.notes.extend(choice.notes)
+    _hidden_pcie(plan, topo)
     want: dict[str, tuple[str, str]] = {}  # var -> (value, reason)
 
     if "gib" in topo.markers or "tcpxo" in topo.markers:
@@ -151,7 +154,8 @@ def make_plan(
     elif any(d.is_efa for d in topo.rdma):
         plan.fabric = "efa"
         efa = [d.name for d in topo.rdma if d.is_efa]
-        plan.summary = f"{len(efa)} AWS EFA devices ({', '.join(efa)})"
+        shown = ", ".join(efa[:4]) + (", ..." if len(efa) > 4 else "")
+        plan.summary = f"{len(efa)} AWS EFA devices ({shown})"
         plan.notes.append(
             f"AWS EFA ({len(efa)} devices): no NCCL_IB_* at all; the aws-ofi-nccl plugin "
             "picks the NICs and sets its own topology and tuning"
@@ -194,11 +198,18 @@ def make_plan(
         if allowed_cpus is not None
         else topo.allowed_cpus
     )
+    # Each rank's nearest NIC: a rail; on EFA nodes (no rails for NCCL_IB_*) the nearest
+    # ACTIVE EFA device, which aws-ofi-nccl also prefers per GPU and the binding follows.
+    nic_ports = choice.rails
+    if plan.fabric == "efa":
+        nic_ports = [p for d in topo.rdma if d.is_efa for p in d.ports if p.state == "ACTIVE"]
     plan.bindings = plan_bindings(
-        topo, local_world_size, choice.rails, allowed, visible_gpus, plan.warnings
+        topo, local_world_size, nic_ports, allowed, visible_gpus, plan.warnings
     )
     if plan.fabric in ("ib", "roce") and plan.fabric_type != "tcp":
         _gdr_level(plan, topo, want)
+    if plan.fabric == "ib" and "sharp" in topo.markers:
+        _collnet(plan, topo, user_env)
     contract.node_wants(plan.fabric_type, plan, want, node or "(this node)")
     plan.warnings.extend(
         f"{line} (fabric.type={plan.fabric_type}; set in the environment)"
@@ -207,6 +218,42 @@ def make_plan(
     _apply_user(plan, want, user_env)
     _check_user_hca(plan, topo, user_env)
     return plan
+
+
+def _collnet(plan: Plan, topo: Topology, user_env: dict[str, str]) -> None:
+    """SHARP (CollNet) is planned only when the user turns it on: the node can show the
+    plugin, but not whether the fabric runs a SHARP aggregation manager, and CollNet without
+    one fails or hangs (NVIDIA/nccl-tests#311, tests/fixtures/nccl/versions/)."""
+    path = topo.markers["sharp"]
+    if user_env.get("NCCL_COLLNET_ENABLE") == "1":
+        plan.notes.append(f"SHARP plugin {path} and NCCL_COLLNET_ENABLE=1: CollNet on as asked; "
+                          "'slurmfabric nccl-log' shows whether channels used COLLNET/SHARP")
+    else:
+        plan.notes.append(
+            f"SHARP plugin {path} found; CollNet left off (NCCL_COLLNET_ENABLE unset): set it "
+            "to 1 where the fabric runs a SHARP aggregation manager (sharp_am on the UFM / "
+            "subnet manager host; check with sharp_hello)"
+        )
+
+
+def _hidden_pcie(plan: Plan, topo: Topology) -> None:
+    """Say where GPU-NIC pairs come from when sysfs shows no PCIe tree (topology/nccl_topo)."""
+    if not topo.markers.get("pcie_hidden"):
+        return
+    path = topo.markers.get("nccl_topo_file")
+    if path:
+        plan.notes.append(
+            "PCIe tree hidden (every GPU and NIC alone in its own PCI domain, a VM): GPU-NIC "
+            f"pairs from the NCCL topology file {path} (set in "
+            f"{topo.markers.get('nccl_topo_source', '?')}), which NCCL reads too"
+        )
+    else:
+        plan.warnings.append(
+            "PCIe tree hidden (every GPU and NIC alone in its own PCI domain, e.g. a Hyper-V "
+            "VM) and no NCCL topology file: neither NCCL nor the binding can pair GPUs with "
+            "their NICs; set NCCL_TOPO_FILE to the image's topology XML (Azure HPC images: "
+            "/opt/microsoft/ndv4/topo.xml, /opt/microsoft/ndv5/topo.xml)"
+        )
 
 
 def _most_common(counts: dict[str, int]) -> list[tuple[str, int]]:
@@ -315,7 +362,8 @@ def _apply_user(plan: Plan, want: dict, user_env: dict[str, str]) -> None:
 
 
 def _check_user_hca(plan: Plan, topo: Topology, user_env: dict[str, str]) -> None:
-    """Warn about a user NCCL_IB_HCA whose bare prefixes match more than meant (FACTS §5)."""
+    """Warn about a user NCCL_IB_HCA whose bare prefixes match more than meant (NCCL env docs,
+    NCCL_IB_HCA: plain names are prefixes, "=" means exact)."""
     value = user_env.get("NCCL_IB_HCA")
     if not value:
         return

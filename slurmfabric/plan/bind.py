@@ -1,9 +1,11 @@
 """Per-local-rank choices: the GPU, the nearest rail NIC, the CPU set and the memory node.
 
-CPUs start from the job's allowed CPUs (``sched_getaffinity``), intersected with the CPUs
-of the GPU's NUMA node, then split by physical core among the ranks whose GPUs share that
-node (FACTS.md §5). With ``numa=off`` or ``numa_node`` -1 the GPU's ``local_cpulist`` is
-used instead, and an empty intersection falls back to all allowed CPUs, with a warning.
+CPUs start from the job's allowed CPUs (``sched_getaffinity``), intersected with the CPUs of
+the GPU's NUMA node, then split by physical core among the ranks whose GPUs share that node
+(sched_getaffinity(2); numa_node and local_cpulist in the kernel's
+Documentation/ABI/testing/sysfs-bus-pci). With ``numa=off`` or ``numa_node`` -1 the GPU's
+``local_cpulist`` is used instead, and an empty intersection falls back to all allowed CPUs,
+with a warning.
 """
 
 from __future__ import annotations

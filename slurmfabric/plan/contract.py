@@ -6,14 +6,17 @@ the script's exports and the per-node plan can never say two things:
 * ``tcp``: sockets only. ``NCCL_IB_DISABLE=1`` and no IB/RoCE/EFA variable from the plan.
 * ``ib`` / ``roce``: NCCL's IB verbs transport or fail (``NCCL_NET=IB``, no silent fallback
   to sockets); a node without a usable rail of that link layer is an error naming the node.
-* ``efa``: the aws-ofi-nccl plugin or fail (``NCCL_NET="AWS Libfabric"``, the name the plugin
-  registers; ``FI_PROVIDER=efa`` so libfabric does not fall back to its TCP provider); no
-  ``NCCL_IB_*`` (an EFA device is not an IB verbs rail for NCCL).
+* ``efa``: ``FI_PROVIDER=efa`` (libfabric must not fall back to its TCP provider) and no
+  ``NCCL_IB_*`` (an EFA device is not an IB verbs rail for NCCL). NCCL_NET is not forced:
+  the plugin's network name changed between releases ("AWS Libfabric", "Libfabric" with
+  NCCL 2.27: tests/fixtures/nccl/versions/), and a wrong name fails every job; a missing
+  plugin is reported by the plan and a socket fallback by ``slurmfabric nccl-log``.
 * ``auto``: each node's plan decides and says why.
 
 Sources: NCCL environment variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/
 env.html: NCCL_NET, NCCL_IB_DISABLE, NCCL_IB_HCA); aws-ofi-nccl's net name as sites force it
-(https://github.com/eth-cscs/cscs-docs/pull/75, NCCL_NET="AWS Libfabric"); libfabric's
+(https://github.com/eth-cscs/cscs-docs/pull/75, NCCL_NET="AWS Libfabric"; newer plugins
+register "Libfabric"); libfabric's
 FI_PROVIDER (fi_provider(7)). Standard library only: it runs on every rank.
 """
 
@@ -24,7 +27,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 FABRIC_TYPES = ("auto", "ib", "roce", "efa", "tcp")
-EFA_NET = "AWS Libfabric"
 ENV_VAR = "SLURMFABRIC_FABRIC_TYPE"  # what the rendered script exports for env/launch
 # Per-node variables that only make sense on an IB/RoCE rail (dropped for tcp and efa).
 IB_ONLY = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_ADDR_FAMILY", "NCCL_NET_GDR_LEVEL")
@@ -35,7 +37,7 @@ _PLAN_FABRIC = {"ib": "InfiniBand", "roce": "RoCE", "efa": "AWS EFA"}
 _JOB_ENV = {
     "ib": {"NCCL_NET": "IB"},
     "roce": {"NCCL_NET": "IB"},
-    "efa": {"NCCL_NET": EFA_NET, "FI_PROVIDER": "efa"},
+    "efa": {"FI_PROVIDER": "efa"},
     "tcp": {"NCCL_IB_DISABLE": "1"},
 }
 
@@ -94,7 +96,7 @@ def conflicts(fabric_type: str, env: Mapping[str, str], where: str = "") -> list
                     "picks the EFA devices)", "unset, or fabric.type ib/roce/auto")
         if net_l is not None and net_l in (*_IB_NETS, "socket"):
             say("NCCL_NET", "bypasses the aws-ofi-nccl plugin, but fabric.type is efa",
-                f"{EFA_NET!r} or unset")
+                "the plugin's name ('AWS Libfabric' or 'Libfabric') or unset")
         provider = env.get("FI_PROVIDER")
         if provider is not None and provider.lower() != "efa":
             say("FI_PROVIDER", "is not efa, but fabric.type is efa", "efa or unset")
@@ -139,8 +141,7 @@ def node_wants(fabric_type: str, plan: object, want: dict[str, tuple[str, str]],
     elif found == "efa":
         for name in IB_ONLY:
             want.pop(name, None)
-        want["NCCL_NET"] = (EFA_NET, f"fabric.type={fabric_type}: the aws-ofi-nccl plugin or "
-                            "fail, never a silent fallback to TCP sockets")
-        want["FI_PROVIDER"] = ("efa", "libfabric's EFA provider only (no fallback to tcp;udp)")
+        want["FI_PROVIDER"] = ("efa", "libfabric's EFA provider only (no fallback to tcp;udp); "
+                               "NCCL_NET left to the plugin, whose name varies by release")
     if fabric_type == "auto":
         notes.append(f"fabric.type=auto: node {node} uses {found} ({summary})")

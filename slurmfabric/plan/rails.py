@@ -1,9 +1,10 @@
 """Which RDMA ports carry NCCL traffic (the rails), and which GID each RoCE rail uses.
 
-Rules (FACTS.md §5 and the NCCL env docs): a rail is an ACTIVE/LinkUp port within PXB of
-a GPU, in the node's dominant link layer, at the highest rate; frontend (bonded) and
-storage NICs, Down or INIT ports, SR-IOV VFs whose PF is visible and devices without a
-uverbs node are left out, each with a reason.
+Rules (Documentation/ABI/stable/sysfs-class-infiniband and the NCCL env docs): a rail is an
+ACTIVE/LinkUp port within PXB of a GPU, in the node's dominant link layer, at the highest
+rate; frontend (bonded, unless next to a GPU: a RoCE LAG rail) and storage NICs, Down or
+INIT ports, SR-IOV VFs whose PF is visible and devices without a uverbs node are left out,
+each with a reason.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ if TYPE_CHECKING:
 
 class RailChoice(Record):
     __slots__ = (
-        "rails", "excluded", "link_layer", "rate_gbps", "family", "gids", "nearest", "warnings"
+        "rails", "excluded", "link_layer", "rate_gbps", "family", "gids", "nearest", "warnings",
+        "notes",
     )  # fmt: skip
     _defaults = {"link_layer": None, "rate_gbps": None, "family": "AF_INET"}
-    _factories = {"rails": list, "excluded": dict, "gids": dict, "nearest": dict, "warnings": list}
+    _factories = {"rails": list, "excluded": dict, "gids": dict, "nearest": dict, "warnings": list,
+                  "notes": list}
     _frozen = False
     rails: list[RdmaPort]
     excluded: dict[str, str]  # "mlx5_4:1" -> why
@@ -34,6 +37,7 @@ class RailChoice(Record):
     gids: dict[str, Gid]  # rail name -> chosen GID
     nearest: dict[str, str]  # port -> distance to nearest GPU
     warnings: list[str]
+    notes: list[str]  # decisions worth saying (a bonded port taken as a rail)
 
 
 def _bonds(topo: Topology) -> set[str]:
@@ -77,6 +81,7 @@ def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
     bonds = _bonds(topo)
     pf_addresses = {d.pci.address: d.name for d in topo.rdma if d.pci and not d.is_vf}
     candidates: list[tuple[RdmaDevice, RdmaPort]] = []
+    bonded: dict[str, str] = {}  # port -> its bond: a rail only if it sits next to a GPU
     for dev in topo.rdma:
         if dev.is_efa:
             for port in dev.ports:
@@ -87,7 +92,7 @@ def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
             if why is None and dev.is_vf and dev.pci and dev.pci.physfn in pf_addresses:
                 why = f"SR-IOV VF of {pf_addresses[dev.pci.physfn]} (its PF is visible here)"
             if why is None and (bond := _bond_of(topo, port, bonds)):
-                why = f"on {bond}: a bonded frontend NIC"
+                bonded[port.name] = bond
             if why is None and not dev.has_uverbs:
                 why = "no uverbs device: verbs cannot open it (no /dev/infiniband in a container?)"
             if why:
@@ -113,11 +118,25 @@ def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
             choice.gids[port.name] = gid
         kept.append((dev, port))
 
-    # Distance to the nearest GPU decides rail vs frontend/storage.
+    # Distance to the nearest GPU decides rail vs frontend/storage. A bonded port is a
+    # frontend NIC (the host's bond0) unless it sits within PXB of a GPU: then it is a
+    # hardware LAG device (mlx5_bond_N, one RDMA device over both ports) used as a rail.
     if topo.gpus:
         for dev, port in kept:
             best = min((topo.distance(g, dev) for g in topo.gpus), key=distance_rank)
             choice.nearest[port.name] = best
+    lag = [p.name for _, p in kept if p.name in bonded
+           and distance_rank(choice.nearest.get(p.name, "SYS")) <= 1]
+    for dev, port in list(kept):
+        if port.name in bonded and port.name not in lag:
+            near_gpu = choice.nearest.get(port.name)
+            where = f" (nearest GPU {near_gpu})" if near_gpu else ""
+            choice.excluded[port.name] = f"on {bonded[port.name]}: a bonded frontend NIC{where}"
+            kept.remove((dev, port))
+    if lag:
+        choice.notes.append(
+            f"{', '.join(lag)}: bonded (hardware LAG) and within PXB of a GPU, so rails")
+    if topo.gpus:
         near = [(d, p) for d, p in kept if distance_rank(choice.nearest[p.name]) <= 1]
         if near:
             for _, port in kept:

@@ -109,7 +109,8 @@ def render_slurm_conf(s: Settings) -> str:
         "JobCompType=jobcomp/none",
         # 24.11 logs "Configured MailProg is invalid" when no mail(1) is installed.
         "MailProg=/bin/true",
-        # A failed prolog requeues the job without holding it (FACTS.md section 1).
+        # A failed prolog requeues the job without holding it (slurm.conf(5),
+        # SchedulerParameters=nohold_on_prolog_fail).
         "SchedulerParameters=nohold_on_prolog_fail",
         "PrologFlags=Alloc",
         "PrologEpilogTimeout=60",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from slurmfabric import _sysfs
+from slurmfabric._record import replace
 from slurmfabric.topology._io import Reader, as_root
 from slurmfabric.topology.model import (
     DISTANCES,
@@ -59,6 +60,41 @@ def discover(
     return discover_with_reader(Reader(as_root(root)), nvml=nvml, plan_only=plan_only)
 
 
+def _nccl_topo_tree(reader: Reader, gpus: tuple, rdma_devices: tuple,
+                    markers: dict[str, str], notes: list[str]) -> tuple[tuple, tuple]:
+    """Where sysfs hides the PCIe tree (a VM), take it from the NCCL topology file."""
+    from slurmfabric.topology import nccl_topo
+
+    devices = [d for d in (*gpus, *rdma_devices) if d.pci and d.pci.path]
+    if not gpus or not nccl_topo.hidden([d.pci.path for d in devices]):
+        return gpus, rdma_devices
+    markers["pcie_hidden"] = "1"
+    found = nccl_topo.configured_file(reader, dict(os.environ))
+    if found is None:
+        return gpus, rdma_devices
+    path, where = found
+    text = reader.text(path)
+    table = nccl_topo.bridges(text) if text and len(text) < nccl_topo.MAX_BYTES else {}
+    if not table:
+        notes.append(f"NCCL topology file {path} (from {where}) is missing or not NCCL XML")
+        return gpus, rdma_devices
+    markers["nccl_topo_file"] = path
+    markers["nccl_topo_source"] = where
+
+    def placed(dev):
+        entry = table.get(dev.pci.address) if dev.pci else None
+        if entry is None:
+            return dev
+        bridge, numa_id = entry
+        numa_node = dev.pci.numa_node if dev.pci.numa_node is not None else numa_id
+        root = f"nccl-topo:cpu{numa_id}"
+        path = (root, bridge, dev.pci.address) if bridge else (root, dev.pci.address)
+        pci = replace(dev.pci, path=path, numa_node=numa_node)
+        return replace(dev, pci=pci)
+
+    return tuple(placed(g) for g in gpus), tuple(placed(d) for d in rdma_devices)
+
+
 def discover_with_reader(
     reader: Reader, *, nvml: bool | None = None, plan_only: bool = False
 ) -> Topology:
@@ -76,9 +112,12 @@ def discover_with_reader(
     if not reader.listdir("/sys"):
         where = os.path.join(reader.base, "sys")
         notes.append(f"{where} is missing or empty: is the root right?")
+    rdma_devices = rdma.discover_rdma(reader, plan_only=plan_only)
+    markers = numa.discover_markers(reader)
+    gpus, rdma_devices = _nccl_topo_tree(reader, gpus, rdma_devices, markers, notes)
     return Topology(
         root=str(reader.base),
-        rdma=rdma.discover_rdma(reader, plan_only=plan_only),
+        rdma=rdma_devices,
         netdevs=net.discover_netdevs(reader, routes, plan_only=plan_only),
         gpus=gpus,
         numa=numa_nodes,
@@ -86,7 +125,7 @@ def discover_with_reader(
         cpu_siblings=numa.cpu_siblings(reader, allowed),
         gdr=numa.discover_gdr(reader),
         routes=routes,
-        markers=numa.discover_markers(reader),
+        markers=markers,
         gpu_source=gpu_source,
         notes=tuple(notes),
     )

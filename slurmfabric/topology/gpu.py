@@ -1,6 +1,6 @@
 """NVIDIA GPUs: PCI functions with vendor 0x10de and class 0x0302xx/0x0300xx, plus names,
 UUIDs and minor numbers from /proc/driver/nvidia or, when asked, NVML (nvidia-ml-py,
-imported lazily: it costs ~45 ms and needs the driver, FACTS.md §10)."""
+imported lazily: it costs ~45 ms (python -X importtime) and needs the driver)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ from slurmfabric.topology.model import GdrSupport, NumaNode
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
 
-# FACTS.md §5: any of these means the peer-memory client for GPUDirect RDMA is loaded.
+# Any of these means the peer-memory client for GPUDirect RDMA is loaded: the files NCCL
+# itself checks (src/transport/net_ib.cc, ncclIbGdrSupport).
 PEERMEM_FILES = (
     "/sys/kernel/mm/memory_peers/nv_mem/version",  # nv_peer_mem (MLNX_OFED)
     "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
@@ -21,6 +22,13 @@ PEERMEM_FILES = (
 
 # Cloud plugins that own the NCCL network configuration (paths as their docs use them).
 MARKERS = {
+    # NVIDIA's SHARP plugin for NCCL (nccl-rdma-sharp-plugins, shipped in HPC-X and DOCA):
+    # its IBext transport is what CollNet runs on
+    "sharp": (
+        "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+        "/usr/lib/x86_64-linux-gnu/libnccl-net-sharp.so",
+        "/usr/lib/aarch64-linux-gnu/libnccl-net-sharp.so",
+    ),
     # GCP A3 Ultra / A4 (gIB): "source /usr/local/gib/scripts/set_nccl_env.sh"
     "gib": ("/usr/local/gib/scripts/set_nccl_env.sh",),
     # GCP A3 Mega (TCPXO / FasTrak): nccl-env-profile.sh next to the plugin
@@ -100,7 +108,7 @@ def discover_gdr(reader: Reader) -> GdrSupport:
     driver = reader.text("/proc/driver/nvidia/version")
     release = reader.text("/proc/sys/kernel/osrelease")
     # DMA-BUF GPUDirect RDMA needs the open GPU kernel modules and Linux >= 5.12; no peer
-    # module at all (FACTS.md §5: a peermem-only check fails healthy nodes).
+    # module at all (NCCL's ncclIbDmaBufSupport): a peermem-only check fails healthy nodes.
     if driver and "Open Kernel Module" in driver and _kernel_at_least(release, 5, 12):
         return GdrSupport("dmabuf", f"open NVIDIA kernel module and kernel {release} (>= 5.12)")
     if driver is None:

@@ -1,9 +1,14 @@
 """PCI functions from sysfs and the GPU-to-NIC distance nvidia-smi prints.
 
 A device's sysfs realpath is its bridge chain, e.g.
-``/sys/devices/pci0000:3f/0000:3f:01.1/0000:40:00.0/.../0000:48:00.0`` (OCI, FACTS.md §7):
+``/sys/devices/pci0000:3f/0000:3f:01.1/0000:40:00.0/.../0000:48:00.0`` (an OCI H100 node,
+tests/fixtures/topology/nodes.py oci_nested):
 ``pci0000:3f`` is the host bridge (root complex), the first BDF its root port, then the
-upstream/downstream ports of each PCIe switch, then the function itself.
+upstream/downstream ports of each PCIe switch, then the function itself. On Hyper-V VMs
+(Azure ND/NC series) the host bridge hangs off the virtual bus, one PCI domain per device:
+``/sys/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/<guid>/pci0001:00/0001:00:00.0``
+(Linux drivers/pci/controller/pci-hyperv.c), so the function's attributes are read at its
+real path, never at a path rebuilt from the chain.
 """
 
 from __future__ import annotations
@@ -57,8 +62,9 @@ def read_device(reader: Reader, sysfs_dir: str) -> PciDevice | None:
     real = reader.realpath(sysfs_dir)
     chain = chain_from_path(real)
     if len(chain) < 2:
-        return None  # virtual device (bond, veth) or a path outside /sys/devices/pci*
-    base = "/sys/devices/" + "/".join(chain)
+        return None  # virtual device (bond, veth) or no PCI host bridge above it
+    end = real.find("/" + chain[-1])
+    base = real[: end + 1 + len(chain[-1])] if end >= 0 else "/sys/devices/" + "/".join(chain)
     numa = reader.int(f"{base}/numa_node")
     # numa_node reads -1 when firmware gives no proximity info or the kernel runs with
     # numa=off (Documentation/ABI/testing/sysfs-bus-pci): treat as unknown.

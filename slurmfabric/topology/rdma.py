@@ -49,7 +49,8 @@ def read_gids(reader: Reader, port_dir: str) -> tuple[Gid, ...]:
     empty_run = 0
     for index in indices:
         # A GID outside the container's network namespace, or one with no netdev, fails
-        # with EINVAL (FACTS.md §5): read as None and move on.
+        # with EINVAL (drivers/infiniband/core/sysfs.c, show_port_gid_attr_ndev): read as None
+        # and move on.
         value = reader.text(f"{port_dir}/gids/{index}")
         if not value or value == _ZERO_GID:
             empty_run += 1
@@ -69,7 +70,8 @@ def read_gids(reader: Reader, port_dir: str) -> tuple[Gid, ...]:
 
 
 def read_counters(reader: Reader, port_dir: str) -> dict[str, int | None]:
-    # Counters can read "N/A (no PMA)" (FACTS.md §5): kept as None, never an error.
+    # Counters can read "N/A (no PMA)" (drivers/infiniband/core/sysfs.c, show_pma_counter):
+    # kept as None, never an error.
     return {
         name: reader.int(f"{port_dir}/counters/{name}")
         for name in reader.listdir(f"{port_dir}/counters")

@@ -4,7 +4,8 @@ Operators grep these logs by eye for ``NET/IB`` + ``GDRDMA`` and dread a silent
 ``NET/Socket`` fallback. This module turns the log into per-rank facts (version, network,
 devices, GPUDirect RDMA, channels) and a list of problems with the remedy.
 
-Line formats handled (all seen in public NVIDIA/nccl and nccl-tests issues, NCCL 2.5-2.27):
+Line formats handled (all seen in public NVIDIA/nccl and nccl-tests issues, NCCL 2.3-2.27;
+one real log per release family in tests/fixtures/nccl/versions/, sources in its SOURCES.md):
 
 * ``host:pid:tid [dev] NCCL INFO msg`` and ``host:pid:tid [dev] file.cc:123 NCCL WARN msg``;
 * the same behind launcher labels: ``[1,23]<stdout>:`` (mpirun --tag-output), ``0: ``
@@ -18,6 +19,7 @@ Pure functions over text; standard library only.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 _LINE = re.compile(
@@ -86,7 +88,9 @@ class RankInfo:
     net_channels: int = 0
     ib_channels: int = 0
     gdr_channels: int = 0
-    socket_selected: bool = False
+    collnet_channels: int = 0  # "CollNet 00/0 : ... via COLLNET/SHARP/1/GDRDMA"
+    socket_selected: bool = False  # a "NET/Socket : Using" line (see finish() for 2.4)
+    undetermined: str | None = None  # why the network cannot be told from this log
     transports: list[str] = field(default_factory=list)
     channels: int | None = None
     trees: bool = False
@@ -189,8 +193,8 @@ class _Parser:
     def info(self, r: RankInfo, msg: str) -> None:
         if m := _VERSION.match(msg):
             r.version = m.group("v")
-        elif m := re.match(r"Using network (.+)$", msg):
-            r.network = m.group(1).strip()
+        elif m := re.match(r"Using (?:internal )?[Nn]etwork (.+)$", msg):
+            r.network = m.group(1).strip()  # "Using internal Network IB" up to NCCL 2.3
         elif m := re.match(r"NET/IB ?: Using (.*?)(?:;\s*OOB (\S+))?\s*$", msg):
             r.net_devices = _LIST_ITEM.findall(m.group(1))
             if m.group(2):
@@ -198,7 +202,8 @@ class _Parser:
         elif msg.startswith("NET/IB : No device found") or msg.startswith("NET/IB: No device"):
             r.no_ib_device = True
         elif m := re.match(r"NET/Socket ?: Using (.*)$", msg):
-            # Printed only when the socket transport is the one in use (NCCL 2.4-2.27).
+            # From 2.5 on printed only when the socket transport is initialised as the
+            # network; 2.4 also prints it for its bootstrap, before choosing (finish()).
             r.socket_selected = True
             for item in _LIST_ITEM.findall(m.group(1)):
                 _add(r.interfaces, item)
@@ -213,6 +218,8 @@ class _Parser:
                 _add(r.gdr_enabled_hcas, name)
             else:  # keep NCCL's reason, e.g. "(no module)"
                 _add(r.gdr_disabled_hcas, name + m.group("rest").rstrip())
+        elif re.match(r"CollNet \d+/\d+ : .* via COLLNET/", msg):
+            r.collnet_channels += 1
         elif m := re.match(r"(?:Channel|Ring) \d+(?:/\d+)? : .* via (.+?)\s*$", msg):
             self.transport(r, m.group(1))
         elif (m := re.match(r"Channel \d+/(\d+) :[\s\d]+$", msg)) or (
@@ -258,14 +265,36 @@ class _Parser:
                         setattr(r, attr, value)
             devices = next((r.net_devices for r in group if r.net_devices), [])
             socket = any(r.socket_selected for r in group)
+            no_ib = any(g.no_ib_device for g in group)
+            version = next((r.version for r in group if r.version), None) or self.version
             for r in group:
                 r.net_devices = r.net_devices or list(devices)
-                if r.network is None and socket:
-                    r.network = "Socket"
-                r.no_ib_device = r.no_ib_device or any(g.no_ib_device for g in group)
+                r.no_ib_device = r.no_ib_device or no_ib
+                if r.network is None and r.ofi_provider:
+                    r.network = f"OFI/{r.ofi_provider}"  # 2.4: only "NET/OFI Selected Provider"
+                elif r.network is None and devices:
+                    r.network = "IB"  # "NET/IB : Using [0]mlx5_0:1/IB": IB was initialised
+                elif r.network is None and socket:
+                    if _before_2_5(version) and not no_ib:
+                        # NCCL 2.4 prints its bootstrap interface as "NET/Socket : Using"
+                        # before it picks the network; this log ends before that choice.
+                        r.undetermined = (f"NCCL {version}: only the bootstrap's NET/Socket "
+                                          "line; the log ends before the network choice")
+                    else:
+                        r.network = "Socket"
         for r in ranks:
             r.version = r.version or self.version
         return LogReport(ranks=ranks, problems=self.problems, version=self.version)
+
+
+def _before_2_5(version: str | None) -> bool:
+    if not version:
+        return False
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < (2, 5)
 
 
 def _add(items: list[str], value: str) -> None:
@@ -334,11 +363,12 @@ def classify_warning(msg: str, where: str = "") -> Problem:
     )
 
 
-def parse_log(text: str, source: str = "log", expect_gdr: bool = False,
+def parse_log(text: str | Iterable[str], source: str = "log", expect_gdr: bool = False,
               allow_socket: bool = False) -> LogReport:
-    """Parse one log text and derive the problems that need no single warning line."""
+    """Parse one log (its text, or its lines as they are read: constant memory) and derive
+    the problems that need no single warning line."""
     parser = _Parser(source)
-    for line in text.splitlines():
+    for line in (text.splitlines() if isinstance(text, str) else text):
         parser.feed(line)
     report = parser.finish()
     add_derived_problems(report, parser.env, expect_gdr=expect_gdr, allow_socket=allow_socket)
@@ -355,6 +385,13 @@ def merge(reports: list[LogReport]) -> LogReport:
 
 def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: bool,
                          allow_socket: bool) -> None:
+    if env.get("NCCL_COLLNET_ENABLE") == "1" and report.ranks and not any(
+            r.collnet_channels for r in report.ranks):
+        report.problems.append(Problem(
+            "warning", "collnet_unused", "NCCL_COLLNET_ENABLE=1 but no rank set up a CollNet "
+            "channel", "CollNet needs the SHARP plugin (Using network IBext) and a SHARP "
+            "aggregation manager on the fabric; check 'sharp_hello' and the plugin's log lines",
+        ))
     forced = env.get("NCCL_NET", "").lower() == "socket" or env.get("NCCL_IB_DISABLE") == "1"
     for r in report.ranks:
         if r.uses_socket and not allow_socket:
@@ -376,6 +413,12 @@ def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: boo
                 "load nvidia_peermem (or use DMA-BUF with the open kernel modules), disable "
                 "PCIe ACS on bare metal, check NCCL_NET_GDR_LEVEL against the GPU-NIC distance",
                 r.key,
+            ))
+        elif r.undetermined:
+            report.problems.append(Problem(
+                "warning", "network_unknown", f"{r.key}: network not known ({r.undetermined})",
+                "rerun with NCCL_DEBUG=INFO until the first collective, or read the rank's full "
+                "log", r.key,
             ))
         elif r.no_ib_device and not r.uses_socket and r.network is None:
             report.problems.append(Problem(

@@ -4,10 +4,11 @@ what every rank reports: its rank, the all-reduce, and the node plan it was give
 Every launcher runs for real, 2 nodes x 2 ranks: torchrun (gloo on CPU), srun-launched
 ranks, mpirun, srun --mpi=pmix and nccl-tests (the last three run a small MPI C program
 built here; srun-pmix works because the testbed gives every virtual node its own TmpFS,
-FACTS section 1). Each job points SLURMFABRIC_SYSFS_ROOT at a fixture tree sized to this
-machine (tests/fixtures/topology/nodes.py testbed_node: two NUMA nodes over the CPUs that
-exist here, one GPU and one rail NIC on each), and every rank reports from inside itself
-the CPUs it runs on (sched_getaffinity), its memory node, its NIC and its NCCL variables.
+README, 'The local Slurm testbed'). Each job points SLURMFABRIC_SYSFS_ROOT at a fixture tree
+sized to this machine (tests/fixtures/topology/nodes.py testbed_node: two NUMA nodes over
+the CPUs that exist here, one GPU and one rail NIC on each), and every rank reports from
+inside itself the CPUs it runs on (sched_getaffinity), its memory node, its NIC and its NCCL
+variables.
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ def mpi_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def mpi_sets(cluster: Cluster, root: Path, fabric: str) -> list[str]:
-    # FACTS section 1: shared memory segfaults across virtual nodes of one host, and
+    # Open MPI's shared-memory transport segfaults across virtual nodes of one host, and
     # OpenMPI refuses to run as root (jobs run as root here) without these two variables.
     return sets_args("job.nodes=2", "job.ntasks_per_node=2",
                      f"job.partition={cluster.partition}", "job.time=5",

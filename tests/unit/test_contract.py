@@ -37,7 +37,7 @@ TABLE = {
     ("auto", "h100_ib"): ("ok", {"NCCL_NET": "IB", "NCCL_IB_HCA": None}, {"NCCL_IB_DISABLE"}),
     ("auto", "h100_roce_numa_off"): ("ok", {"NCCL_NET": "IB", "NCCL_IB_GID_INDEX": "3"},
                                      {"NCCL_IB_DISABLE"}),
-    ("auto", "aws_efa"): ("ok", {"NCCL_NET": "AWS Libfabric", "FI_PROVIDER": "efa"}, IB_VARS),
+    ("auto", "aws_efa"): ("ok", {"FI_PROVIDER": "efa"}, {"NCCL_NET", *IB_VARS}),
     ("auto", "tcp_only"): ("ok", {}, {"NCCL_NET", "NCCL_IB_DISABLE", *IB_VARS}),
     ("ib", "h100_ib"): ("ok", {"NCCL_NET": "IB", "NCCL_IB_HCA": None}, {"NCCL_IB_GID_INDEX"}),
     ("ib", "h100_roce_numa_off"): ("error", "no usable InfiniBand rail: found 8 Ethernet rail"),
@@ -49,7 +49,7 @@ TABLE = {
     ("roce", "tcp_only"): ("error", "no usable RoCE rail"),
     ("efa", "h100_ib"): ("error", "no usable AWS EFA rail: found 8 InfiniBand"),
     ("efa", "h100_roce_numa_off"): ("error", "no usable AWS EFA rail"),
-    ("efa", "aws_efa"): ("ok", {"NCCL_NET": "AWS Libfabric", "FI_PROVIDER": "efa"}, IB_VARS),
+    ("efa", "aws_efa"): ("ok", {"FI_PROVIDER": "efa"}, {"NCCL_NET", *IB_VARS}),
     ("efa", "tcp_only"): ("error", "no usable AWS EFA rail"),
     ("tcp", "h100_ib"): ("ok", {"NCCL_IB_DISABLE": "1"}, {"NCCL_NET", *IB_VARS}),
     ("tcp", "h100_roce_numa_off"): ("ok", {"NCCL_IB_DISABLE": "1"}, {"NCCL_NET", *IB_VARS}),
@@ -72,6 +72,7 @@ def test_type_by_layout(topos: dict[str, Topology], fabric: str, layout: str) ->
         assert row[1] in plan.errors[0]
         # a node that cannot honour the type gets nothing that would pretend it can
         assert not IB_VARS & set(plan.nccl_env) and "NCCL_NET" not in plan.nccl_env
+        assert "FI_PROVIDER" not in plan.nccl_env
         return
     assert plan.errors == []
     for name, value in row[1].items():

@@ -1,4 +1,4 @@
-"""Pure unit tests of slurmfabric.hostlist: FACTS.md section 3 vectors, errors, counts."""
+"""Pure unit tests of slurmfabric.hostlist: vectors observed with scontrol, errors, counts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from slurmfabric import hostlist
 from slurmfabric.errors import UsageError
 
-VECTORS = {  # observed with scontrol show hostnames, Slurm 22.05 (FACTS.md section 3)
+VECTORS = {  # observed with scontrol show hostnames, Slurm 22.05 (test_hostlist_scontrol.py)
     "n[9-11]": ["n9", "n10", "n11"],
     "n[009-11]": ["n009", "n010", "n011"],
     "n[1-010]": [f"n{i}" for i in range(1, 11)],

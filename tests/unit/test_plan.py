@@ -79,9 +79,9 @@ def test_h100_roce_bond_down_numa_off(topos: dict[str, Topology]) -> None:
         "NCCL_SOCKET_IFNAME": "=bond0",
     }
     assert plan.rails.excluded == {
-        "mlx5_3:1": "on bond0: a bonded frontend NIC",
+        "mlx5_3:1": "on bond0: a bonded frontend NIC (nearest GPU SYS)",
         "mlx5_4:1": "port state DOWN",
-        "mlx5_9:1": "on bond0: a bonded frontend NIC",
+        "mlx5_9:1": "on bond0: a bonded frontend NIC (nearest GPU SYS)",
         "mlx5_10:1": "port state DOWN",
     }
     assert {g.index for g in plan.rails.gids.values()} == {3}
@@ -142,16 +142,17 @@ def test_aws_efa_sets_no_ib_variables(topos: dict[str, Topology]) -> None:
     plan = make_plan(topos["aws_efa"], 4, master_addr="172.31.8.99")
     assert plan.fabric == "efa"
     # the plugin or fail (plan/contract.py), never an IB verbs variable
-    assert plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=ens32", "NCCL_NET": "AWS Libfabric",
-                             "FI_PROVIDER": "efa"}
+    # NCCL_NET is not forced: the plugin's name changed between releases (contract.py)
+    assert plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=ens32", "FI_PROVIDER": "efa"}
     assert not any(k.startswith("NCCL_IB_") for k in plan.nccl_env)
     assert plan.warnings == []
     assert any("aws-ofi-nccl" in n for n in plan.notes)
+    # each rank's nearest EFA device (same PCIe switch as its GPU), still no NCCL_IB_*
     assert _bind(plan) == [
-        (0, 0, None, "0-23", 0),
-        (1, 1, None, "24-47", 0),
-        (2, 2, None, "48-71", 1),
-        (3, 3, None, "72-95", 1),
+        (0, 0, "rdmap20s0:1", "0-23", 0),
+        (1, 1, "rdmap36s0:1", "24-47", 0),
+        (2, 2, "rdmap52s0:1", "48-71", 1),
+        (3, 3, "rdmap68s0:1", "72-95", 1),
     ]
 
 

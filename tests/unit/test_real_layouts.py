@@ -1,0 +1,146 @@
+"""The plan on node layouts built from real public dumps (tests/fixtures/topology/real/),
+field by field: rails, GID, socket interface, per-rank GPU/NIC/CPUs/memory node."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
+
+import fakesysfs  # noqa: E402
+import real_nodes  # noqa: E402
+
+from slurmfabric._sysfs import format_cpulist  # noqa: E402
+from slurmfabric.plan import make_plan  # noqa: E402
+from slurmfabric.topology import discover, nccl_topo  # noqa: E402
+
+REAL = HERE / "fixtures" / "topology" / "real"
+
+
+def plan_for(tmp_path: Path, node, **kw):
+    topo = discover(fakesysfs.build(node, tmp_path / "root"))
+    return topo, make_plan(topo, len(topo.gpus), master_addr="10.0.0.1", **kw)
+
+
+def bindings(plan) -> list[tuple]:
+    return [(b.gpu.index, b.nic, b.nic_distance, format_cpulist(list(b.cpus)), b.mem_node)
+            for b in plan.bindings]
+
+
+def test_azure_ndv5_pairs_gpus_and_nics_from_its_topology_file(tmp_path: Path) -> None:
+    topo, plan = plan_for(tmp_path, real_nodes.azure_ndv5())
+    # the real paths under VMBus are followed: numa_node comes from sysfs (0/1 per dump)
+    assert [g.numa_node for g in topo.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [g.bus_id for g in topo.gpus][:4] == ["0001:00:00.0", "0002:00:00.0",
+                                                  "0003:00:00.0", "0008:00:00.0"]
+    assert plan.fabric == "ib"
+    assert plan.nccl_env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_ib{i}:1" for i in range(8))
+    assert "mlx5_an0:1" in plan.rails.excluded  # the accelerated-networking VF: no rail
+    cpus = [f"{12 * i}-{12 * i + 11}" for i in range(8)]
+    assert bindings(plan) == [(i, f"mlx5_ib{i}:1", "PIX", cpus[i], 0 if i < 4 else 1)
+                              for i in range(8)]
+    assert any("NCCL topology file /opt/microsoft/ndv5/topo.xml (set in /etc/nccl.conf)" in n
+               for n in plan.notes), plan.notes
+    assert not plan.warnings
+
+
+def test_azure_ndv5_without_its_topology_file_says_so(tmp_path: Path) -> None:
+    topo, plan = plan_for(tmp_path, real_nodes.azure_ndv5(with_topo_file=False))
+    assert any(w.startswith("PCIe tree hidden") and "NCCL_TOPO_FILE" in w
+               for w in plan.warnings), plan.warnings
+    # every GPU-NIC pair looks the same (NODE/SYS): nothing pretends to be PIX
+    assert all(b.nic_distance in ("NODE", "SYS") for b in plan.bindings)
+
+
+def test_lag_bonds_next_to_gpus_are_rails_the_management_bond_is_not(tmp_path: Path) -> None:
+    _, plan = plan_for(tmp_path, real_nodes.lag_b300())
+    assert plan.fabric == "roce"
+    assert plan.nccl_env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_bond_{k}:1" for k in range(8))
+    assert plan.nccl_env["NCCL_IB_GID_INDEX"] == "3"  # RoCE v2 IPv4, as show_gids prints
+    assert plan.rails.excluded == {
+        "mlx5_bond_8:1": "on bond8: a bonded frontend NIC (nearest GPU NODE)"}
+    assert [b[1:3] for b in bindings(plan)] == [(f"mlx5_bond_{k}:1", "PXB") for k in range(8)]
+    assert bindings(plan)[0][3:] == ("0-15,128-143", 0)
+    assert any("bonded (hardware LAG) and within PXB of a GPU, so rails" in n
+               for n in plan.notes)
+
+
+def test_aws_p5_binds_each_rank_to_an_efa_of_its_gpu_and_sets_no_ib(tmp_path: Path) -> None:
+    _, plan = plan_for(tmp_path, real_nodes.aws_p5())
+    assert plan.fabric == "efa"
+    assert plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=ens32", "FI_PROVIDER": "efa"}
+    assert [b[1] for b in bindings(plan)][:2] == ["rdmap79s0:1", "rdmap96s0:1"]
+    assert all(b.nic_distance == "PIX" for b in plan.bindings)
+    assert plan.summary.startswith("32 AWS EFA devices (rdmap79s0, rdmap80s0,")
+
+
+@pytest.mark.parametrize(("name", "pairs"), [
+    ("azhpc-images_ndv5-topo.xml", 16), ("azhpc-images_ndv4-topo.xml", 16),
+    ("azhpc-images_ncv4-topo.xml", None), ("azhpc-images_ndv2-topo.xml", None),
+])
+def test_azure_topology_files_parse(name: str, pairs: int | None) -> None:
+    table = nccl_topo.bridges((REAL / "azure" / name).read_text())
+    assert table, name
+    if pairs is not None:
+        assert len(table) == pairs
+        gpu_bridge = table["0001:00:00.0"][0]
+        assert table["0101:00:00.0"][0] == gpu_bridge  # GPU 0 and IB VF 0 share a bridge
+    assert nccl_topo.bridges("<system><cpu") == {}  # not XML: nothing, never a crash
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_sharp_plugin_plans_collnet_only_when_asked(tmp_path: Path, enabled: bool) -> None:
+    import nodes
+
+    node = nodes.h100_ib()
+    node.files["/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so"] = ""
+    user = {"NCCL_COLLNET_ENABLE": "1"} if enabled else {}
+    _, plan = plan_for(tmp_path, node, user_env=user)
+    notes = [n for n in plan.notes if n.startswith("SHARP plugin")]
+    assert len(notes) == 1
+    assert ("CollNet on as asked" in notes[0]) == enabled
+    assert "NCCL_COLLNET_ENABLE" not in plan.nccl_env  # never turned on by the plan
+
+
+def test_nccl_topology_xml_written_for_a_node_pairs_like_the_published_one(
+        tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    import nodes
+
+    published = nccl_topo.bridges((REAL / "azure" / "azhpc-images_ndv5-topo.xml").read_text())
+    topo, _ = plan_for(tmp_path / "vm", real_nodes.azure_ndv5())
+    written = nccl_topo.to_xml(topo)
+    ET.fromstring(written)  # well-formed
+    ours = nccl_topo.bridges(written)
+
+    def pairs(table):  # the set of device groups sharing one bridge, per NUMA node
+        groups: dict[tuple, set] = {}
+        for busid, (bridge, numa) in table.items():
+            groups.setdefault((bridge, numa), set()).add(busid)
+        return sorted(sorted(g) for g in groups.values())
+
+    # the same GPU+NIC groups; ours also lists the AN VF, on its own
+    assert pairs({k: v for k, v in ours.items() if k in published}) == pairs(published)
+    assert ours["c9a1:00:00.0"][0] is None
+    # a bare-metal node: GPU and rail NIC under one switch, the storage NIC elsewhere
+    h100, _ = plan_for(tmp_path / "h100", nodes.h100_ib())
+    table = nccl_topo.bridges(nccl_topo.to_xml(h100))
+    gpu0, rail0 = h100.gpus[0].pci.address, h100.device("mlx5_0").pci.address
+    storage = h100.device("mlx5_4").pci.address
+    assert table[gpu0] == table[rail0] and table[storage][0] != table[gpu0][0]
+    assert 'affinity="' in nccl_topo.to_xml(h100)
+
+
+def test_two_gpus_and_two_nics_per_switch_spread_one_nic_per_gpu(tmp_path: Path) -> None:
+    _, plan = plan_for(tmp_path, real_nodes.a800_two_per_switch())
+    assert plan.fabric == "roce" and len(plan.rails.rails) == 8
+    got = bindings(plan)
+    # both NICs of a switch are PIX to both of its GPUs: one each, never both on one NIC
+    assert [b[1] for b in got] == [f"mlx5_bond_{k}:1" for k in range(8)]
+    assert {b[2] for b in got} == {"PIX"}
+    assert got[0][3:] == ("0-15", 0) and got[1][3].startswith("16-") and got[1][4] == 0
