@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     p_audit.add_argument("--no-counters", action="store_true", help="skip perfquery")
     p_audit.add_argument("--input", metavar="FILE", help="recorded 'iblinkinfo --line' output")
     p_audit.add_argument("--drain", action="store_true", help="drain nodes with findings")
+    p_audit.add_argument("--health-config", metavar="FILE", help="site health config whose "
+                         "[runner] drain policy --drain follows (default: "
+                         "$SLURMFABRIC_HEALTH_CONFIG or /etc/slurmfabric/health.toml)")
     _tool_options(p_audit)
 
     p_links = sub.add_parser("links", help="show the parsed link table")
@@ -188,6 +191,13 @@ def _load_baseline(path: str) -> dict[str, object]:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    policy = None
+    if args.drain:  # the site's drain policy, read before the audit changes anything
+        import socket
+
+        from slurmfabric.health.drain import DrainPolicy
+
+        policy = DrainPolicy.load(socket.gethostname().split(".")[0], args.health_config)
     tools = _tools(args)
     namer = names.load_namer(args.node_map, args.name_pattern)
     thresholds = _thresholds(args)
@@ -238,11 +248,11 @@ def _audit(args: argparse.Namespace) -> int:
         for error in errors:
             print(f"slurmfabric: warning: counters not read: {error}", file=sys.stderr)
     if args.drain:
-        _drain(findings)
+        _drain(findings, policy)
     return 1 if findings else 0
 
 
-def _drain(findings: list[fa.Finding]) -> None:
+def _drain(findings: list[fa.Finding], policy) -> None:
     """Drain nodes with error/critical findings through the health hooks' drain module.
 
     Same reason format (``slurmfabric: fabric-<check>: <detail>``) and the same rules: a
@@ -257,7 +267,7 @@ def _drain(findings: list[fa.Finding]) -> None:
             continue
         done.add(finding.node)
         outcome = drain_mod.drain(
-            finding.node, f"fabric-{finding.check}", f"{finding.where}: {finding.detail}"
-        )
+            finding.node, f"fabric-{finding.check}", f"{finding.where}: {finding.detail}",
+            policy)
         note = f" ({outcome.detail})" if outcome.detail else ""
         print(f"drain {finding.node}: {outcome.outcome}{note}", file=sys.stderr)

@@ -75,6 +75,14 @@ def _resume(args: argparse.Namespace) -> int:
         cfg = siteconfig.load(node, args.config)
         record = slurmcmd.node(node)
         reason = drain.current_reason(record)
+        if not args.no_check and not _is_here(node):
+            # The checks read this machine's GPUs and NICs: run under another node's name
+            # they would judge the wrong hardware (and Slurm runs no job on a drained node).
+            print(f"{node}: not checked here, left as is: run 'slurmfabric health resume' on "
+                  f"{node} itself (e.g. pdsh -w {node} ...), or --no-check to resume on the "
+                  "reason alone")
+            failed += 1
+            continue
         if not args.no_check:
             run = hooks.check(node, args.config)
             if run.blocking:
@@ -82,14 +90,31 @@ def _resume(args: argparse.Namespace) -> int:
                 print(f"{node}: checks still fail, left drained: {why}")
                 failed += 1
                 continue
-        if drain.resume_if_ours(node, state_dir=cfg.state_dir,
-                                backend=str(cfg.runner["drain_backend"])):
+        if drain.resume_if_ours(node, drain.DrainPolicy.from_site(cfg)):
             print(f"{node}: resumed (was: {reason})")
         elif reason:
             print(f"{node}: not drained by slurmfabric, left alone (reason: {reason})")
         else:
             print(f"{node}: not drained, nothing to do")
     return 1 if failed else 0
+
+
+def _is_here(node: str) -> bool:
+    """Is ``node`` this machine: its own Slurm name, or a name whose address is one of this
+    host's (binding to it works only for a local address; the testbed's virtual nodes)?"""
+    import socket
+
+    from slurmfabric.health import hooks
+
+    if node == hooks.node_name(os.environ):
+        return True
+    try:
+        address = socket.gethostbyname(node)
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
 
 
 def _install(args: argparse.Namespace) -> int:

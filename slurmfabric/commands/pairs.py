@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                    "off); nodes slurmfabric drained are resumed into it first (Slurm runs no "
                    "job on a drained node) and remembered; nodes someone else drained refuse")
     s.add_argument("--state-dir", help="drain state directory (as for 'pairs report')")
+    s.add_argument("--health-config", metavar="FILE", help="site health config whose [runner] "
+                   "drain policy applies (default: $SLURMFABRIC_HEALTH_CONFIG or "
+                   "/etc/slurmfabric/health.toml)")
     r = sub.add_parser("report", help="matrix, outliers and suspects from a results directory")
     r.add_argument("results")
     r.add_argument("--json", action="store_true")
@@ -49,7 +52,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="drain suspect nodes (reason 'slurmfabric: pairs: ...')")
     r.add_argument("--resume-passing", action="store_true",
                    help="burn-in gate: resume nodes that pass, only if slurmfabric drained them")
-    r.add_argument("--state-dir", help="drain state directory (default of the health module)")
+    r.add_argument("--state-dir", help="drain state directory (default: the site config's)")
+    r.add_argument("--health-config", metavar="FILE", help="site health config whose [runner] "
+                   "drain policy applies (default: $SLURMFABRIC_HEALTH_CONFIG or "
+                   "/etc/slurmfabric/health.toml)")
     c = sub.add_parser("schedule", help="print the round-robin rounds for a node list")
     c.add_argument("--nodes", required=True)
     return p
@@ -101,7 +107,7 @@ def _submit(args: argparse.Namespace) -> int:
         print(script, end="")
         return 0
     if args.burn_in:
-        _release_for_burnin(plan.nodes, args.burn_in, args.state_dir)
+        _release_for_burnin(plan.nodes, args.burn_in, _policy(args))
     write_plan(plan)
     (plan.results / "sweep.sbatch").write_text(script)
     job = slurmcmd.sbatch(script, workdir=plan.results)
@@ -110,7 +116,17 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _release_for_burnin(nodes: list[str], reservation: str, state_dir: str | None) -> None:
+def _policy(args: argparse.Namespace):
+    """The site's drain policy, read before anything changes; --state-dir wins."""
+    import socket
+
+    from slurmfabric.health.drain import DrainPolicy
+
+    return DrainPolicy.load(socket.gethostname().split(".")[0], args.health_config,
+                            args.state_dir)
+
+
+def _release_for_burnin(nodes: list[str], reservation: str, policy) -> None:
     """Resume the nodes slurmfabric drained into the maintenance reservation; refuse (before
     changing anything) when a node carries someone else's drain reason."""
     from slurmfabric import slurmcmd
@@ -123,23 +139,14 @@ def _release_for_burnin(nodes: list[str], reservation: str, state_dir: str | Non
         raise UsageError(f"--burn-in {reservation}: no such reservation ({exc})", hint=(
             f"create it first, e.g. scontrol create reservation ReservationName={reservation} "
             "Nodes=... Users=root StartTime=now Duration=120 Flags=MAINT,IGNORE_JOBS")) from exc
-    foreign = []
-    for node in nodes:
-        record = slurmcmd.node(node)
-        flags = slurmcmd.node_state_flags(record.get("State", ""))
-        reason = drain_mod.current_reason(record)
-        if flags & {"DRAIN", "DRAINED", "DRAINING"} and not (
-                drain_mod.is_ours(reason) or drain_mod.in_burnin(node, state_dir)
-                or (reason in drain_mod.SLURM_HOOK_REASONS
-                    and drain_mod.remembered(node, state_dir) is not None)):
-            foreign.append(f"{node} ({reason or 'no reason'})")
+    foreign = drain_mod.burnin_refusals(nodes, policy)
     if foreign:
         raise UsageError(
             f"--burn-in: drained by someone else, left alone: {', '.join(foreign)}",
             hint="Slurm runs no job on a drained node: leave these out of --nodes, or resume "
             "them yourself if they are ready to test")
     for node in nodes:
-        out, reason = drain_mod.release_for_burnin(node, state_dir=state_dir)
+        out, reason = drain_mod.release_for_burnin(node, policy)
         if out == drain_mod.RELEASED:
             print(f"burn-in {node}: resumed into reservation {reservation} (was: {reason})")
 
@@ -150,17 +157,18 @@ def _gate(args, analysis) -> list[str]:
     record ends if it passes (it is already running jobs)."""
     from slurmfabric.health import drain as drain_mod
 
+    policy = _policy(args)
     lines = []
     for node in analysis.suspect_nodes:
-        if args.drain or (args.resume_passing and drain_mod.in_burnin(node, args.state_dir)):
+        if args.drain or (args.resume_passing and drain_mod.in_burnin(node, policy.state_dir)):
             detail = next((m for m in analysis.messages if f" {node} " in f" {m} "), "slow")
-            out = drain_mod.drain(node, "pairs", detail, state_dir=args.state_dir)
+            out = drain_mod.drain(node, "pairs", detail, policy)
             lines.append(f"drain {node}: {out.outcome} {out.detail}".rstrip())
     if args.resume_passing:
         for node in analysis.passing_nodes:
-            if drain_mod.resume_if_ours(node, state_dir=args.state_dir):
+            if drain_mod.resume_if_ours(node, policy):
                 lines.append(f"resume {node}: resumed")
-            elif drain_mod.finish_burnin(node, args.state_dir):
+            elif drain_mod.finish_burnin(node, policy.state_dir):
                 lines.append(f"resume {node}: passed burn-in, back in service "
                              "(delete the reservation to open it to users)")
             else:

@@ -9,7 +9,15 @@ and ``resume_if_ours`` recognises that Slurm reason as ours through the state fi
 A circuit breaker refuses to drain when a configured share of the cluster already carries
 the same slurmfabric check: a bad config or driver rollout must not drain every node. It
 costs one ``scontrol show -o node`` (one RPC to slurmctld, about 1 KB of text per node),
-made only when a check fails, and the same call gives this node's current reason.
+made only when a check fails, and the same call gives this node's current reason. Prologs
+on many nodes decide at the same moment, and each sees the others' drains only once they
+land; so after draining, a hook waits ``settle_s``, reads the drains again, and keeps its
+own only if its node is among the first ``limit`` drained for that check in one order every
+hook computes alike (Slurm's reason time stamp, then the node name). The others undo theirs
+(RESUME) and keep the reason in the state file: the limit holds however the hooks race.
+
+Every caller passes one ``DrainPolicy``, built once from the site config (``[runner]``):
+no function here loads the site config behind its caller.
 
 Two backends talk to slurmctld, chosen by the site config (``[runner] drain_backend``):
 ``scontrol`` (default, through slurmcmd) and ``pyslurm``. pyslurm is GPL and optional: the
@@ -33,7 +41,7 @@ from pathlib import Path
 
 from slurmfabric import slurmcmd
 from slurmfabric.errors import ConfigError, HealthError, SlurmCommandError
-from slurmfabric.health import siteconfig, state
+from slurmfabric.health import state
 
 PREFIX = "slurmfabric:"
 SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
@@ -43,10 +51,58 @@ _STAMP = re.compile(r"\s*\[[^\]]*@[^\]]*\]\s*$")  # Slurm appends " [user@2024-0
 
 # outcomes of drain()
 DRAINED = "drained"  # we set the reason now
+REPORTED = "reported"  # the site config says drain = false: nothing was changed
 ALREADY = "already"  # the node already carried this exact reason of ours
 KEPT_FOREIGN = "kept_foreign"  # someone else's reason: left alone
 BREAKER = "breaker"  # too many nodes fail the same check: not drained
 DEFERRED = "deferred"  # slurmctld unreachable: reason kept in the local state file
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """How this site drains and resumes: built once from the site config's ``[runner]``
+    (``from_site``) and passed to the hooks, ``health resume``, ``fabric audit --drain``
+    and ``pairs report/submit``; the defaults are the site config's own."""
+
+    enabled: bool = True
+    backend: str = "scontrol"
+    breaker_fraction: float = 0.1
+    breaker_min_nodes: int = 3
+    retries: int = 3
+    retry_s: float = 1.0
+    state_dir: str = DEFAULT_STATE_DIR
+    slurm_bin_dir: str = ""
+    settle_s: float = 1.0
+
+    @classmethod
+    def from_site(cls, cfg, state_dir: str | None = None) -> DrainPolicy:
+        """From a loaded SiteConfig; an explicit ``state_dir`` (a command's option) wins."""
+        runner = cfg.runner
+        return cls(
+            enabled=bool(runner["drain"]), backend=str(runner["drain_backend"]),
+            breaker_fraction=float(runner["breaker_fraction"]),
+            breaker_min_nodes=int(runner["breaker_min_nodes"]),
+            retries=int(runner["drain_retries"]), retry_s=float(runner["drain_retry_s"]),
+            state_dir=str(state_dir or runner["state_dir"]),
+            slurm_bin_dir=str(runner.get("slurm_bin_dir") or ""),
+        )
+
+    @classmethod
+    def load(cls, node: str, config: str | None = None,
+             state_dir: str | None = None) -> DrainPolicy:
+        """Read the site config now (a command, before it changes anything): a broken one is
+        a ConfigError (exit 2) before the first node is touched."""
+        from slurmfabric.health import siteconfig
+
+        return cls.from_site(siteconfig.load(node, config), state_dir)
+
+    def env(self, env: dict[str, str] | None = None) -> dict[str, str] | None:
+        """The environment for scontrol: ``slurm_bin_dir`` first on PATH (hooks have none)."""
+        if not self.slurm_bin_dir:
+            return env
+        base = dict(os.environ if env is None else env)
+        base["PATH"] = self.slurm_bin_dir + os.pathsep + base.get("PATH", os.defpath)
+        return base
 
 
 @dataclass(frozen=True)
@@ -158,11 +214,9 @@ class PyslurmBackend:
             name).modify(self.pyslurm.Node(**changes)))
 
 
-def backend_for(name: str | None, node: str, env: dict[str, str] | None = None):
-    """The backend ``name``; None: the one the site config names (``drain_backend``).
-    Raises HealthError (with a hint) when pyslurm is configured but cannot be imported."""
-    if name is None:
-        name = str(siteconfig.load(node).runner["drain_backend"])
+def backend_for(name: str, env: dict[str, str] | None = None):
+    """The backend ``name`` (a DrainPolicy's). Raises HealthError (with a hint) when pyslurm
+    is configured but cannot be imported."""
     if name == "scontrol":
         return ScontrolBackend(env)
     if name == "pyslurm":
@@ -195,17 +249,24 @@ def breaker_tripped(records: list[dict[str, str]], node: str, check: str, fracti
     return same >= limit, same, total
 
 
-def drain(node: str, check: str, detail: str, *, breaker_fraction: float = 0.1,
-          breaker_min_nodes: int = 3, retries: int = 3, retry_s: float = 1.0,
-          state_dir: str | os.PathLike[str] | None = None,
-          env: dict[str, str] | None = None, backend: str | None = None) -> DrainOutcome:
+def _stamp(record: dict[str, str]) -> str:
+    """The time in Slurm's ``[user@2026-12-01T10:00:00]`` reason stamp ('' without one)."""
+    match = _STAMP.search(record.get("Reason", ""))
+    return match.group(0).split("@", 1)[1].rstrip("] ") if match else ""
+
+
+def drain(node: str, check: str, detail: str, policy: DrainPolicy,
+          env: dict[str, str] | None = None) -> DrainOutcome:
     """Drain ``node`` with ``slurmfabric: <check>: <detail>`` unless a foreign reason is
     already set or the breaker trips. Never raises for an unreachable slurmctld or a
     missing pyslurm: the reason is kept in the state file (DEFERRED) and the hook still
-    exits non-zero. ``backend``: "scontrol" | "pyslurm"; None reads the site config."""
+    exits non-zero."""
     reason = make_reason(check, detail)
+    if not policy.enabled:
+        return DrainOutcome(REPORTED, reason, "drain = false in the site config: not drained")
+    state_dir, retries, retry_s = policy.state_dir, policy.retries, policy.retry_s
     try:
-        be = backend_for(backend, node, env)
+        be = backend_for(policy.backend, policy.env(env))
     except HealthError as exc:
         _remember(state_dir, node, reason, applied=False)
         return DrainOutcome(DEFERRED, reason, f"{exc}; {exc.hint}")
@@ -224,8 +285,8 @@ def drain(node: str, check: str, detail: str, *, breaker_fraction: float = 0.1,
     if existing == reason and flags & _DRAIN_FLAGS:
         return DrainOutcome(ALREADY, reason)
     if not existing:
-        tripped, same, total = breaker_tripped(records, node, check, breaker_fraction,
-                                               breaker_min_nodes)
+        tripped, same, total = breaker_tripped(records, node, check, policy.breaker_fraction,
+                                               policy.breaker_min_nodes)
         if tripped:
             return DrainOutcome(BREAKER, reason, f"{same} of {total} nodes already drained "
                                 f"for {check}; not draining {node} (circuit breaker)")
@@ -234,8 +295,37 @@ def drain(node: str, check: str, detail: str, *, breaker_fraction: float = 0.1,
     except SlurmCommandError as exc:
         _remember(state_dir, node, reason, applied=False)
         return DrainOutcome(DEFERRED, reason, f"{be.name} update failed: {exc}")
+    if not existing:
+        undone = _settle(be, node, check, policy)
+        if undone is not None:
+            _remember(state_dir, node, reason, applied=False, breaker=True)
+            return DrainOutcome(BREAKER, reason, undone)
     _remember(state_dir, node, reason, applied=True)
     return DrainOutcome(DRAINED, reason)
+
+
+def _settle(be, node: str, check: str, policy: DrainPolicy) -> str | None:
+    """After our drain landed: keep it only if this node is among the first ``limit`` drained
+    for ``check`` (by reason time stamp, then name); else undo it and say why."""
+    time.sleep(policy.settle_s)
+    try:
+        records = _with_retries(be.nodes, policy.retries, policy.retry_s)
+    except SlurmCommandError:
+        return None  # cannot see the others: keep the drain (the node did fail a check)
+    tag = f"{PREFIX} {check}:"
+    drained = sorted((_stamp(r), r.get("NodeName", "")) for r in records
+                     if current_reason(r).startswith(tag))
+    limit = max(int(policy.breaker_min_nodes),
+                math.ceil(float(policy.breaker_fraction) * len(records)))
+    keep = {name for _, name in drained[:limit]}
+    if node in keep or len(drained) <= limit:
+        return None
+    try:
+        _with_retries(lambda: be.update(node, "RESUME"), policy.retries, policy.retry_s)
+    except SlurmCommandError:
+        return None  # the drain stays: better than a half state
+    return (f"{len(drained)} nodes drained for {check} at once, more than the limit of "
+            f"{limit}: {node} undone (circuit breaker; reason kept in the state file)")
 
 
 def _ours(record: dict[str, str], node: str, state_dir) -> bool:
@@ -246,12 +336,12 @@ def _ours(record: dict[str, str], node: str, state_dir) -> bool:
     return reason in SLURM_HOOK_REASONS and remembered(node, state_dir) is not None
 
 
-def resume_if_ours(node: str, *, state_dir: str | os.PathLike[str] | None = None,
-                   env: dict[str, str] | None = None, backend: str | None = None) -> bool:
+def resume_if_ours(node: str, policy: DrainPolicy, env: dict[str, str] | None = None) -> bool:
     """Resume ``node`` only if it is drained with a slurmfabric reason (or with Slurm's
     "Prolog error"/"Epilog error" that our own failing hook caused, per the state file).
     Raises HealthError when the configured pyslurm backend is missing."""
-    be = backend_for(backend, node, env)
+    state_dir = policy.state_dir
+    be = backend_for(policy.backend, policy.env(env))
     record = be.node(node)
     flags = slurmcmd.node_state_flags(record.get("State", ""))
     if not flags & _DRAIN_FLAGS or not _ours(record, node, state_dir):
@@ -266,14 +356,27 @@ RELEASED = "released"  # was drained by us: resumed for the test, remembered in 
 NOT_DRAINED = "not_drained"  # nothing to do: the node can run the test as it is
 
 
-def release_for_burnin(node: str, *, state_dir: str | os.PathLike[str] | None = None,
-                       env: dict[str, str] | None = None,
-                       backend: str | None = None) -> tuple[str, str]:
+def burnin_refusals(nodes: list[str], policy: DrainPolicy,
+                    env: dict[str, str] | None = None) -> list[str]:
+    """The nodes a burn-in may not take: drained by someone else (``node (reason)``)."""
+    be = backend_for(policy.backend, policy.env(env))
+    refused = []
+    for node in nodes:
+        record = be.node(node)
+        if slurmcmd.node_state_flags(record.get("State", "")) & _DRAIN_FLAGS and not (
+                _ours(record, node, policy.state_dir) or in_burnin(node, policy.state_dir)):
+            refused.append(f"{node} ({current_reason(record) or 'no reason'})")
+    return refused
+
+
+def release_for_burnin(node: str, policy: DrainPolicy,
+                       env: dict[str, str] | None = None) -> tuple[str, str]:
     """Resume a node slurmfabric drained so a burn-in job (in a MAINT reservation that keeps
     users off) can run on it; the state file keeps ``burnin`` and the old reason so the gate
     can tell afterwards. Returns (outcome, reason); outcome is KEPT_FOREIGN, untouched, when
     someone else drained the node."""
-    be = backend_for(backend, node, env)
+    state_dir = policy.state_dir
+    be = backend_for(policy.backend, policy.env(env))
     record = be.node(node)
     reason = current_reason(record)
     if not slurmcmd.node_state_flags(record.get("State", "")) & _DRAIN_FLAGS:

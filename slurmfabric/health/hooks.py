@@ -112,15 +112,9 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
                 job_path.unlink(missing_ok=True)
             if blocking:
                 exit_code = 1
-                if cfg.runner["drain"]:
-                    outcome = drain.drain(
-                        node, blocking[0].check, _detail(blocking),
-                        breaker_fraction=float(cfg.runner["breaker_fraction"]),
-                        breaker_min_nodes=int(cfg.runner["breaker_min_nodes"]),
-                        retries=int(cfg.runner["drain_retries"]),
-                        retry_s=float(cfg.runner["drain_retry_s"]),
-                        state_dir=cfg.state_dir,
-                        backend=str(cfg.runner["drain_backend"]))
+                policy = drain.DrainPolicy.from_site(cfg)
+                if policy.enabled:
+                    outcome = drain.drain(node, blocking[0].check, _detail(blocking), policy)
                     if outcome.outcome == drain.BREAKER:
                         exit_code = 0  # fail-open: Slurm would drain it as "Prolog error"
             else:
@@ -148,8 +142,7 @@ def _clear_stale(cfg: siteconfig.SiteConfig, node: str, started: float) -> None:
         return
     if cfg.runner.get("auto_resume"):
         try:
-            drain.resume_if_ours(node, state_dir=cfg.state_dir,
-                                 backend=str(cfg.runner["drain_backend"]))
+            drain.resume_if_ours(node, drain.DrainPolicy.from_site(cfg))
         except Exception:  # never let a resume attempt fail a healthy hook
             return
     elif float(record.get("time", 0)) < started:

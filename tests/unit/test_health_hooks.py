@@ -232,3 +232,15 @@ def test_manual_check_prints_a_table_and_never_drains(setup) -> None:
     assert proc.returncode == 1
     assert "gpu.pcie           FAIL    GPU2 PCIe x8, expected x16" in proc.stdout
     assert scontrol_calls(env) == []
+
+
+def test_resume_never_checks_another_node_under_its_name(setup) -> None:
+    make, _, _ = setup
+    env = make(slurm_state="IDLE+DRAIN")
+    proc = subprocess.run([sys.executable, "-m", "slurmfabric", "health", "resume", "--node",
+                           "gpu008"], env={**env, "SLURMD_NODENAME": NODE},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "gpu008: not checked here, left as is: run 'slurmfabric health resume' on gpu008" \
+        in proc.stdout
+    assert not [c for c in scontrol_calls(env) if "update" in c]
