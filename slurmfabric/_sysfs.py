@@ -49,17 +49,6 @@ def read_text(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
-def read_int(path: str | os.PathLike[str], base: int = 10) -> int | None:
-    """An integer file (``numa_node``, ``0x15b3`` with base=16), or None if unreadable/odd."""
-    text = read_text(path)
-    if text is None:
-        return None
-    try:
-        return int(text, base)
-    except ValueError:  # "N/A (no PMA)" and friends
-        return None
-
-
 def list_dir(path: str | os.PathLike[str]) -> list[str]:
     """Sorted entry names, or [] when the directory is absent or unreadable."""
     try:

@@ -70,24 +70,6 @@ def binding_env(binding: object, bound: bool, nic: bool = True) -> dict[str, str
     return out
 
 
-def numactl_prefix(binding: object) -> list[str]:
-    """``numactl --physcpubind=... --preferred=N`` for launchers that wrap a command."""
-    cpus = getattr(binding, "cpus", ())
-    node = getattr(binding, "mem_node", None)
-    import shutil
-
-    if not shutil.which("numactl"):
-        return []
-    from slurmfabric._sysfs import format_cpulist
-
-    args = ["numactl"]
-    if cpus:
-        args.append(f"--physcpubind={format_cpulist(list(cpus))}")
-    if node is not None:
-        args.append(f"--preferred={node}")
-    return args if len(args) > 1 else []
-
-
 def apply_binding(binding: object, warn: Callable[[str], None] = _stderr) -> None:
     """Pin this process to ``binding.cpus`` and keep its memory on ``binding.mem_node``.
 

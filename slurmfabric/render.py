@@ -259,6 +259,19 @@ def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -
     return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
 
 
+RERENDER_MARKER = "# Re-render: "
+
+
+def rerender_from_script(text: str) -> Optional[str]:
+    """The ``# Re-render:`` command a rendered script carries, or None."""
+    for line in text.splitlines():
+        if line.startswith(RERENDER_MARKER):
+            return line[len(RERENDER_MARKER):]
+        if line.startswith(CONFIG_MARKER):
+            return None
+    return None
+
+
 def config_from_script(text: str) -> JobConfig:
     """The config a rendered script embeds (its ``# slurmfabric-config:`` line)."""
     from pydantic import ValidationError

@@ -7,10 +7,19 @@ with the reason, and a CI run that executed none of them fails at the end.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
+# The test helpers (fake sysfs builder, fixture node descriptions, health fixtures) import
+# by their module names everywhere: their directories go on sys.path here, once.
 from slurmfabric.testbed import Cluster, Testbed, default_state_dir
+
+_TESTS = Path(__file__).resolve().parent
+for _helpers in (_TESTS / "fixtures" / "health", _TESTS / "fixtures" / "topology", _TESTS):
+    if str(_helpers) not in sys.path:
+        sys.path.insert(0, str(_helpers))
 
 _STATE = {"started_here": False, "cluster_tests_run": 0}
 

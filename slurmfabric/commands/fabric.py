@@ -4,7 +4,7 @@
     slurmfabric fabric links [--node NAME] [--local] [--json] [--input FILE]
 
 Exit status of ``audit``: 0 when nothing was found, 1 when there are findings, 2 on usage
-errors. The tools (iblinkinfo, perfquery, ibstat, ibnetdiscover) are taken from PATH, from
+errors. The tools (iblinkinfo, perfquery, ibstat) are taken from PATH, from
 ``--<tool> PATH`` or ``SLURMFABRIC_<TOOL>``; ``--ibdiag-args`` (or SLURMFABRIC_IBDIAG_ARGS)
 is added to every call, e.g. ``-C mlx5_0 -P 1``.
 """
@@ -167,17 +167,9 @@ def _thresholds(args: argparse.Namespace) -> dict[str, int]:
 def _expect_nodes(text: str | None) -> list[str]:
     if not text:
         return []
-    try:
-        from slurmfabric import hostlist  # type: ignore[attr-defined]
+    from slurmfabric import hostlist
 
-        return list(hostlist.expand(text))
-    except (ImportError, AttributeError):
-        if "[" in text:
-            raise UsageError(
-                f"--expect-nodes {text!r}: bracket ranges need slurmfabric.hostlist",
-                hint="list the nodes comma-separated",
-            ) from None
-        return [name.strip() for name in text.split(",") if name.strip()]
+    return list(hostlist.expand(text))
 
 
 def _load_baseline(path: str) -> dict[str, object]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
+from slurmfabric import taskenv
 from slurmfabric.commands import env as env_cmd
 from slurmfabric.errors import UsageError
 
@@ -41,13 +42,9 @@ def main(argv: list[str]) -> int:
             "slurmfabric launch [options] -- python train.py",
         )
     environ = dict(os.environ)
-    rank_env, final, kept, plan = env_cmd.build(opts, environ)
-    binding = _binding(plan, rank_env)
-    if binding is not None:
-        from slurmfabric.binding import binding_env
-
-        final.update(binding_env(binding, bound=not opts.get("--no-bind"),
-                                 nic=getattr(plan, "fabric", "tcp") != "tcp"))
+    task = env_cmd._build(opts, environ, bind=not opts.get("--no-bind"),
+                          strict=not opts.get("--print"))
+    final, kept, plan, binding = task.variables, task.kept, task.plan, task.binding
     if opts.get("--print"):
         _print(final, kept, plan, binding, command, bool(opts.get("--no-bind")))
         return 1 if getattr(plan, "errors", None) else 0
@@ -71,16 +68,8 @@ def main(argv: list[str]) -> int:
     return 1  # not reached: execvpe replaced this process
 
 
-def _binding(plan: object, rank_env) -> object | None:
-    bindings = getattr(plan, "bindings", None) or []
-    local = rank_env.local_rank if rank_env.local_rank is not None else None
-    if local is None or local >= len(bindings):
-        return None
-    return bindings[local]
-
-
 def _print(final, kept, plan, binding, command, no_bind: bool) -> None:
-    out = [env_cmd.render(final, kept, "export", plan).rstrip("\n")]
+    out = [taskenv.render(final, kept, "export", plan).rstrip("\n")]
     if plan is not None:
         out.append(f"# fabric: type={plan.fabric_type} node={plan.fabric} ({plan.summary})")
         out += [f"# note: {note}" for note in plan.notes]
@@ -100,7 +89,7 @@ def _print(final, kept, plan, binding, command, no_bind: bool) -> None:
             f"cpus={format_cpulist(cpus) or 'unchanged'} "
             f"mem_node={getattr(binding, 'mem_node', None)} ({getattr(binding, 'reason', '')})"
         )
-    out.append("exec " + " ".join(env_cmd.quote(arg) for arg in command))
+    out.append("exec " + " ".join(taskenv.quote(arg) for arg in command))
     sys.stdout.flush()
     sys.stdout.buffer.write(("\n".join(out) + "\n").encode("utf-8", "surrogateescape"))
     sys.stdout.flush()

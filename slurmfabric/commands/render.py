@@ -56,7 +56,16 @@ def chosen_bin(args: argparse.Namespace, config: Any) -> str | None:
 
 
 def rerender_command(args: argparse.Namespace) -> str:
-    """The command line that reproduces this render (shown in the script header)."""
+    """The command line that reproduces this render (shown in the script header); from a
+    script, the script's own line, so that re-rendering it gives the same script."""
+    if args.from_script:
+        from slurmfabric.inputfile import read_text
+        from slurmfabric.render import rerender_from_script
+
+        line = rerender_from_script(read_text(args.from_script, "script", 16 << 20,
+                                              lenient=True))
+        if line:
+            return line
     words = ["slurmfabric", "render"]
     if args.config:
         words += ["-c", str(Path(args.config).resolve())]

@@ -13,8 +13,9 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from slurmfabric.rankenv import DEFAULT_PORT_RANGE
+
 LAUNCHERS = ("torchrun", "srun", "mpirun", "srun-pmix", "nccl-tests")
-FABRICS = ("auto", "ib", "roce", "efa", "tcp")
 NCCL_TESTS_OPS = (
     "all_reduce", "all_gather", "alltoall", "broadcast", "gather", "hypercube",
     "reduce", "reduce_scatter", "scatter", "sendrecv",
@@ -127,9 +128,9 @@ class Rendezvous(Section):
     """torchrun rendezvous; MASTER_PORT is picked at run time inside ``port_range``."""
 
     backend: Literal["c10d"] = "c10d"
-    # Same default as `slurmfabric env` (rankenv.DEFAULT_PORT_RANGE): 10,000 ports below the
-    # ephemeral range, so two jobs sharing a node collide with odds of 1 in 10,000.
-    port_range: tuple[int, int] = (20000, 29999)
+    # `slurmfabric env`'s own default (rankenv.DEFAULT_PORT_RANGE): 10,000 ports below the
+    # ephemeral range; the batch shell then checks the port (ports.py).
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
     # The port the batch shell tries first (default: a hash of the job); it moves on to the
     # next free one when another job on the first node holds it (slurmfabric/ports.py).
     port: Optional[int] = None
@@ -137,12 +138,13 @@ class Rendezvous(Section):
     @field_validator("port_range")
     @classmethod
     def _range(cls, value: tuple[int, int]) -> tuple[int, int]:
-        low, high = value
-        if not 1024 <= low <= high <= 65535:
-            raise ValueError(
-                f"port range {low}-{high} is not accepted: need 1024 <= low <= high <= 65535"
-            )
-        return value
+        from slurmfabric.errors import RankEnvError
+        from slurmfabric.rankenv import parse_port_range
+
+        try:  # the one check `slurmfabric env` applies to --port-range too
+            return parse_port_range("{}-{}".format(*value))
+        except RankEnvError as exc:
+            raise ValueError(f"{exc}; accepted: 1024 <= low <= high <= 65535") from None
 
     @model_validator(mode="after")
     def _port_in_range(self) -> Rendezvous:

@@ -35,7 +35,6 @@ _LANE_RATE = {
 }
 
 # Ordered so that a degradation can be detected by comparing positions.
-WIDTHS = ("1X", "2X", "4X", "8X", "12X")
 
 
 def lane_count(width: str) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from slurmfabric import _probe
 from slurmfabric.errors import TopologyError
 
-TOOLS = ("iblinkinfo", "perfquery", "ibstat", "ibnetdiscover")
+TOOLS = ("iblinkinfo", "perfquery", "ibstat")
 
 
 @dataclass
@@ -86,10 +86,6 @@ def iblinkinfo(tools: Tools) -> str:
 
 def ibstat(tools: Tools) -> str:
     return run_tool(tools, "ibstat")
-
-
-def ibnetdiscover(tools: Tools) -> str:
-    return run_tool(tools, "ibnetdiscover")
 
 
 def perfquery(tools: Tools, lid: int, port: int, extended: bool) -> str:

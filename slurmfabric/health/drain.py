@@ -41,7 +41,7 @@ from pathlib import Path
 
 from slurmfabric import slurmcmd
 from slurmfabric.errors import ConfigError, HealthError, SlurmCommandError
-from slurmfabric.health import state
+from slurmfabric.health import siteconfig, state
 
 PREFIX = "slurmfabric:"
 SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
@@ -148,7 +148,7 @@ def remembered(node: str, state_dir: str | os.PathLike[str] | None = None) -> di
     return state.read_json(_state_path(state_dir, node))
 
 
-BACKENDS = ("scontrol", "pyslurm")
+BACKENDS = siteconfig.RUNNER_CHOICES["drain_backend"]  # one list: the config checks it
 _DRAIN_FLAGS = {"DRAIN", "DRAINED", "DRAINING"}
 
 

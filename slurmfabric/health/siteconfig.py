@@ -87,6 +87,7 @@ NODE_DEFAULTS: dict[str, Any] = {
 
 # [runner] keys whose value is one of a fixed set (checked at load, with the choices).
 RUNNER_CHOICES: dict[str, tuple[str, ...]] = {"drain_backend": ("scontrol", "pyslurm")}
+# (the drain backends themselves live in health/drain.py; drain.BACKENDS is this tuple)
 
 CHECK_POLICY_KEYS = {"enabled", "severity", "action", "on_error", "hooks"}
 HOOKS = ("prolog", "epilog", "epilog_failed", "check")

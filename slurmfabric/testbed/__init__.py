@@ -42,7 +42,6 @@ from slurmfabric.testbed.procs import (
 )
 
 APT_PACKAGES = ("slurm-wlm", "munge")
-DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
 class TestbedError(SlurmfabricError):

@@ -104,10 +104,6 @@ class RdmaPort(Record):
         """NCCL_IB_HCA spelling: ``dev:port``."""
         return f"{self.device}:{self.port}"
 
-    @property
-    def active(self) -> bool:
-        return self.state == "ACTIVE" and self.phys_state == "LinkUp"
-
 
 class RdmaDevice(Record):
     __slots__ = ("name", "pci", "ports", "has_uverbs", "node_type", "fw_ver")
@@ -254,13 +250,44 @@ class Topology(Record):
     def distance(
         self, a: PciDevice | Gpu | RdmaDevice | None, b: PciDevice | Gpu | RdmaDevice | None
     ) -> str:
-        """nvidia-smi's word for the PCIe path between two devices (see ``pci.distance``)."""
-        from slurmfabric.topology.pci import distance
-
-        return distance(_pci_of(a), _pci_of(b))
+        """nvidia-smi's word for the PCIe path between two devices (``pci_distance``)."""
+        return pci_distance(_pci_of(a), _pci_of(b))
 
 
 def _pci_of(obj: PciDevice | Gpu | RdmaDevice | None) -> PciDevice | None:
     if obj is None or isinstance(obj, PciDevice):
         return obj
     return obj.pci
+
+
+def pci_distance(a: PciDevice | None, b: PciDevice | None) -> str:
+    """PIX / PXB / PHB / NODE / SYS between two PCI functions, as ``nvidia-smi topo -m``.
+
+    nvidia-smi: PIX = at most one PCIe bridge (a switch counts as one: its upstream port
+    plus one downstream port per side), PXB = several bridges without the host bridge,
+    PHB = through the host bridge, NODE = across host bridges in one NUMA node,
+    SYS = across the SMP interconnect. Unknown NUMA on different root complexes is SYS:
+    the conservative answer.
+    """
+    if a is None or b is None or not a.path or not b.path:
+        return "SYS"
+    if a.root != b.root:
+        if a.numa_node is not None and a.numa_node == b.numa_node:
+            return "NODE"
+        return "SYS"
+    bridges_a, bridges_b = a.path[1:-1], b.path[1:-1]
+    common = 0
+    for x, y in zip(bridges_a, bridges_b):
+        if x != y:
+            break
+        common += 1
+    if a.path[-1] == b.path[-1]:
+        return "PIX"
+    if common == 0:
+        return "PHB"
+    extra_a, extra_b = len(bridges_a) - common, len(bridges_b) - common
+    # Functions of one card (``.0``/``.1``) share their parent: 0 extra bridges each.
+    # Two devices under one switch: 1 extra (their downstream port) each.
+    if extra_a <= 1 and extra_b <= 1:
+        return "PIX"
+    return "PXB"

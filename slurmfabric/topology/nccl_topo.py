@@ -10,7 +10,7 @@ GPU and its NIC sit under one synthetic bridge (``ffff:ff:01.0``) of a CPU (NUMA
 When sysfs hides the tree (every GPU and RDMA device directly under its own host bridge),
 discovery reads that file (``NCCL_TOPO_FILE`` from the environment, else from
 ``/etc/nccl.conf``) and gives each device listed there the file's bridge as its parent, so
-the usual distance rules (``pci.distance``) see GPU and NIC as PIX. The file's format is
+the usual distance rules (``model.pci_distance``) see GPU and NIC as PIX. The file's format is
 NCCL's own (src/graph/xml.cc: ``<system>``, ``<cpu numaid>``, ``<pci busid class>``);
 Azure's published files: github.com/Azure/azhpc-images topology/ndv4-topo.xml, ndv5-topo.xml.
 """

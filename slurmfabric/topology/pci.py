@@ -1,4 +1,4 @@
-"""PCI functions from sysfs and the GPU-to-NIC distance nvidia-smi prints.
+"""PCI functions from sysfs: the bridge chain above each device (distance: model.pci_distance).
 
 A device's sysfs realpath is its bridge chain, e.g.
 ``/sys/devices/pci0000:3f/0000:3f:01.1/0000:40:00.0/.../0000:48:00.0`` (an OCI H100 node,
@@ -90,36 +90,3 @@ def _safe_cpulist(text: str | None) -> list[int]:
         return _sysfs.parse_cpulist(text)
     except ValueError:
         return []
-
-
-def distance(a: PciDevice | None, b: PciDevice | None) -> str:
-    """PIX / PXB / PHB / NODE / SYS between two PCI functions, as ``nvidia-smi topo -m``.
-
-    nvidia-smi: PIX = at most one PCIe bridge (a switch counts as one: its upstream port
-    plus one downstream port per side), PXB = several bridges without the host bridge,
-    PHB = through the host bridge, NODE = across host bridges in one NUMA node,
-    SYS = across the SMP interconnect. Unknown NUMA on different root complexes is SYS:
-    the conservative answer.
-    """
-    if a is None or b is None or not a.path or not b.path:
-        return "SYS"
-    if a.root != b.root:
-        if a.numa_node is not None and a.numa_node == b.numa_node:
-            return "NODE"
-        return "SYS"
-    bridges_a, bridges_b = a.path[1:-1], b.path[1:-1]
-    common = 0
-    for x, y in zip(bridges_a, bridges_b):
-        if x != y:
-            break
-        common += 1
-    if a.path[-1] == b.path[-1]:
-        return "PIX"
-    if common == 0:
-        return "PHB"
-    extra_a, extra_b = len(bridges_a) - common, len(bridges_b) - common
-    # Functions of one card (``.0``/``.1``) share their parent: 0 extra bridges each.
-    # Two devices under one switch: 1 extra (their downstream port) each.
-    if extra_a <= 1 and extra_b <= 1:
-        return "PIX"
-    return "PXB"

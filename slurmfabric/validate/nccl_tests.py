@@ -252,14 +252,6 @@ def expected_busbw(rates_gbps: list[float]) -> tuple[float, float]:
     return nominal * EFFICIENCY_LOW, nominal * EFFICIENCY_HIGH
 
 
-def parse_rate(text: str | None) -> float | None:
-    """``400 Gb/sec (4X NDR)`` -> 400.0 (sysfs ``ports/<p>/rate``)."""
-    if not text:
-        return None
-    m = re.match(r"\s*([\d.]+)\s*Gb/sec", text)
-    return float(m.group(1)) if m else None
-
-
 def discover_rates(sysfs_root: str | None = None) -> tuple[list[float], list[str]]:
     """Rates (Gb/s) and names of the rails the plan chose on this node (plan/rails.py).
 

@@ -15,11 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import nvsmi, write_config
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
-from helpers import nvsmi, write_config  # noqa: E402
-
-from slurmfabric.testbed import Cluster  # noqa: E402
+from slurmfabric.testbed import Cluster
 
 pytestmark = pytest.mark.cluster
 ADMIN_REASON = "admin: cable swap, ticket 99"

@@ -21,16 +21,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fakesysfs
+import nodes
 import pytest
 
 from slurmfabric._sysfs import parse_cpulist
 from slurmfabric.testbed import Cluster
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
-
-import fakesysfs  # noqa: E402
-import nodes  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 

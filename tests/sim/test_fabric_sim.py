@@ -17,10 +17,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import fabric_sim
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import fabric_sim  # noqa: E402
+pytestmark = pytest.mark.sim
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 NET = ROOT / "tests" / "fixtures" / "fabric" / "fattree.net"

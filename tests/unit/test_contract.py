@@ -6,20 +6,17 @@ tests/fixtures/topology/nodes.py (their real-world sources are cited there).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import fakesysfs
+import nodes
 import pytest
 
+from slurmfabric.errors import UsageError
+from slurmfabric.plan import contract, make_plan
+from slurmfabric.topology import Topology, discover
+
 HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
-
-import fakesysfs  # noqa: E402
-import nodes  # noqa: E402
-
-from slurmfabric.errors import UsageError  # noqa: E402
-from slurmfabric.plan import contract, make_plan  # noqa: E402
-from slurmfabric.topology import Topology, discover  # noqa: E402
 
 LAYOUTS = ("h100_ib", "h100_roce_numa_off", "aws_efa", "tcp_only")
 IB_VARS = {"NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_ADDR_FAMILY", "NCCL_NET_GDR_LEVEL"}

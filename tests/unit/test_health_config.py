@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import nvsmi, write_config
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
-from helpers import nvsmi, write_config  # noqa: E402
-
-from slurmfabric.errors import ConfigError  # noqa: E402
-from slurmfabric.health import runner, siteconfig  # noqa: E402
-from slurmfabric.health.model import Context  # noqa: E402
+from slurmfabric.errors import ConfigError
+from slurmfabric.health import runner, siteconfig
+from slurmfabric.health.model import Context
 
 
 def test_node_sets_merge_in_file_order_by_hostlist(tmp_path) -> None:

@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import types
-from pathlib import Path
 
 import pytest
+from helpers import fake_slurm, hgx_node, scontrol_calls, slurm_nodes, write_config
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
-from helpers import fake_slurm, hgx_node, scontrol_calls, slurm_nodes, write_config  # noqa: E402
-
-from slurmfabric.errors import ConfigError, HealthError  # noqa: E402
-from slurmfabric.health import drain, siteconfig  # noqa: E402
+from slurmfabric.errors import ConfigError, HealthError
+from slurmfabric.health import drain, siteconfig
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
-from helpers import fake_slurm, scontrol_calls  # noqa: E402
+from helpers import fake_slurm, scontrol_calls
 
 NODE = "gpu007"
 DEEP = "a = " + "[" * 20000 + "]" * 20000 + "\n"

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import NVML_FAKE, nvsmi
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
-from helpers import NVML_FAKE, nvsmi  # noqa: E402
-
-from slurmfabric.health import gpu  # noqa: E402
-from slurmfabric.health.model import FAIL, OK, WARN, Context, ProbeError  # noqa: E402
-from slurmfabric.health.siteconfig import NODE_DEFAULTS  # noqa: E402
+from slurmfabric.health import gpu
+from slurmfabric.health.model import FAIL, OK, WARN, Context, ProbeError
+from slurmfabric.health.siteconfig import NODE_DEFAULTS
 
 EXPECT = {**NODE_DEFAULTS, "gpus": 8, "gpu_source": "nvidia-smi"}
 PROLOG = Context("prolog", "gpu001")

@@ -12,9 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "health"))
-from helpers import (  # noqa: E402
+from helpers import (
     fake_slurm,
     h100_tree,
     hgx_node,
@@ -23,9 +21,9 @@ from helpers import (  # noqa: E402
     write_config,
 )
 
-from slurmfabric.health import node as node_checks  # noqa: E402
-from slurmfabric.health import runner  # noqa: E402
-from slurmfabric.health.model import ProbeError  # noqa: E402
+from slurmfabric.health import node as node_checks
+from slurmfabric.health import runner
+from slurmfabric.health.model import ProbeError
 
 NODE = "gpu007"
 

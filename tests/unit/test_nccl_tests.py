@@ -1,25 +1,22 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import fakesysfs
+import nodes
 import pytest
 
-HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
-
-import fakesysfs  # noqa: E402
-import nodes  # noqa: E402
-
-from slurmfabric.commands import nccl_tests as cmd  # noqa: E402
-from slurmfabric.validate.nccl_tests import (  # noqa: E402
+from slurmfabric.commands import nccl_tests as cmd
+from slurmfabric.topology.rdma import parse_rate
+from slurmfabric.validate.nccl_tests import (
     discover_rates,
     expected_busbw,
     judge,
     parse,
-    parse_rate,
 )
+
+HERE = Path(__file__).resolve().parents[1]
 
 FIX = HERE / "fixtures" / "nccl"
 

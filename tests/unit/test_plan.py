@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import fakesysfs
+import nodes
 import pytest
 
+from slurmfabric.plan import make_plan, parse_nccl_version, visible_gpus_from_env
+from slurmfabric.topology import Topology, discover
+
 HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
-
-import fakesysfs  # noqa: E402
-import nodes  # noqa: E402
-
-from slurmfabric.plan import make_plan, parse_nccl_version, visible_gpus_from_env  # noqa: E402
-from slurmfabric.topology import Topology, discover  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -3,20 +3,17 @@ field by field: rails, GID, socket interface, per-rank GPU/NIC/CPUs/memory node.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import fakesysfs
 import pytest
+import real_nodes
+
+from slurmfabric._sysfs import format_cpulist
+from slurmfabric.plan import make_plan
+from slurmfabric.topology import discover, nccl_topo
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
-
-import fakesysfs  # noqa: E402
-import real_nodes  # noqa: E402
-
-from slurmfabric._sysfs import format_cpulist  # noqa: E402
-from slurmfabric.plan import make_plan  # noqa: E402
-from slurmfabric.topology import discover, nccl_topo  # noqa: E402
 
 REAL = HERE / "fixtures" / "topology" / "real"
 

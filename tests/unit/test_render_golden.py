@@ -67,3 +67,22 @@ def test_golden(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
                     "If the change is intended, accept it with:\n"
                     "  SLURMFABRIC_UPDATE_GOLDEN=1 pytest tests/unit/test_render_golden.py",
                     pytrace=False)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_render_from_script_gives_the_same_script(name: str, monkeypatch, tmp_path) -> None:
+    """Whole-script equality: --from-script re-renders exactly what was rendered."""
+    from slurmfabric import cli
+
+    for var in list(os.environ):
+        if var.startswith("SLURMFABRIC_"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
+    path, sets = SCENARIOS[name]
+    script = tmp_path / "job.sh"
+    argv = ["render", "-o", str(script)] + (["-c", str(REPO / path)] if path else [])
+    argv += [arg for item in sets for arg in ("--set", item)]
+    assert cli.main(argv) == 0
+    again = tmp_path / "again.sh"
+    assert cli.main(["render", "--from-script", str(script), "-o", str(again)]) == 0
+    assert again.read_text() == script.read_text()

@@ -6,19 +6,18 @@ import json
 import sys
 from pathlib import Path
 
+import fakesysfs
+import nodes
 import pytest
 
+from slurmfabric._record import replace
+from slurmfabric.commands import topo as topo_cmd
+from slurmfabric.topology import discover, snapshot
+from slurmfabric.topology.model import pci_distance as distance
+from slurmfabric.topology.pci import chain_from_path
+from slurmfabric.topology.rdma import parse_rate
+
 HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE), str(HERE / "fixtures" / "topology")]
-
-import fakesysfs  # noqa: E402
-import nodes  # noqa: E402
-
-from slurmfabric._record import replace  # noqa: E402
-from slurmfabric.commands import topo as topo_cmd  # noqa: E402
-from slurmfabric.topology import discover, snapshot  # noqa: E402
-from slurmfabric.topology.pci import chain_from_path, distance  # noqa: E402
-from slurmfabric.topology.rdma import parse_rate  # noqa: E402
 
 
 @pytest.fixture(scope="module")
