@@ -20,23 +20,17 @@ import signal
 import subprocess
 import time
 
+from slurmfabric._record import Record
 
-class Finished:
+
+class Finished(Record):
     """What a command that returned in time printed, and how long it took."""
 
     __slots__ = ("returncode", "stdout", "stderr", "seconds")
-
-    def __init__(self, returncode: int, stdout: str, stderr: str, seconds: float) -> None:
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-        self.seconds = seconds
-
-    def __repr__(self) -> str:
-        return (
-            f"Finished(returncode={self.returncode!r}, stdout={self.stdout!r}, "
-            f"stderr={self.stderr!r}, seconds={self.seconds!r})"
-        )
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
 
 
 class Deadline(Exception):

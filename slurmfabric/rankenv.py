@@ -38,6 +38,7 @@ from __future__ import annotations
 import zlib
 
 from slurmfabric import hostlist
+from slurmfabric._record import Record, replace
 from slurmfabric.addrpolicy import (  # noqa: F401 - re-exported: rankenv's public API
     LOOPBACK_HINT,
     interface_ipv4,
@@ -68,38 +69,24 @@ MPI_VARS = (
     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
 )
 _SPECIAL_STEP_MIN = 0xFFFFFFF0  # batch/extern/interactive steps are numbered up here
-_FIELDS = {  # name -> default (None: required)
-    "scope": None,  # "task", "node", "job", "worker" or "mpi"
-    "job_id": None,
-    "step_id": None,
-    "master_host": None,
-    "master_addr": None,
-    "master_port": None,
-    "rdzv_id": None,
-    "nnodes": None,
-    "node_rank": None,
-    "rank": None,
-    "local_rank": None,
-    "world_size": None,
-    "local_world_size": None,
-    "nproc_per_node": None,
-    "addr_policy": "plain",
-    "port_range": DEFAULT_PORT_RANGE,
-    "notes": (),
-}
-_REQUIRED = ("scope", "job_id", "master_host", "master_addr", "master_port", "rdzv_id", "nnodes")
-
-
-class RankEnv:
+class RankEnv(Record):
     """What this task should see; frozen. ``variables()`` gives the names and export order.
 
-    A hand-written frozen record rather than a dataclass: ``import dataclasses`` pulls in
-    ``inspect`` and costs 10+ ms, most of this command's budget on every rank.
+    A ``Record`` (slurmfabric/_record.py), the one record style of the per-rank path:
+    ``import dataclasses`` pulls in ``inspect`` and costs 10+ ms on every rank.
     """
 
-    __slots__ = tuple(_FIELDS)
-
-    scope: str
+    __slots__ = (
+        "scope", "job_id", "step_id", "master_host", "master_addr", "master_port", "rdzv_id",
+        "nnodes", "node_rank", "rank", "local_rank", "world_size", "local_world_size",
+        "nproc_per_node", "addr_policy", "port_range", "notes",
+    )  # fmt: skip
+    _defaults = {
+        "step_id": None, "node_rank": None, "rank": None, "local_rank": None,
+        "world_size": None, "local_world_size": None, "nproc_per_node": None,
+        "addr_policy": "plain", "port_range": DEFAULT_PORT_RANGE, "notes": (),
+    }  # fmt: skip
+    scope: str  # "task", "node", "job", "worker" or "mpi"
     job_id: str
     step_id: str | None
     master_host: str
@@ -117,40 +104,16 @@ class RankEnv:
     port_range: tuple[int, int]
     notes: tuple[str, ...]
 
-    def __init__(self, **values: object) -> None:
-        unknown = set(values) - set(_FIELDS)
-        if unknown:
-            raise TypeError(f"RankEnv has no field(s) {sorted(unknown)}")
-        missing = [name for name in _REQUIRED if values.get(name) is None]
+    def __init__(self, *args: object, **values: object) -> None:
+        super().__init__(*args, **values)
+        missing = [name for name in self.__slots__ if name not in self._defaults
+                   and getattr(self, name) is None]
         if missing:
             raise TypeError(f"RankEnv needs {missing}")
-        for name, default in _FIELDS.items():
-            object.__setattr__(self, name, values.get(name, default))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"RankEnv is frozen; cannot set {name}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"RankEnv is frozen; cannot delete {name}")
-
-    def _astuple(self) -> tuple:
-        return tuple(getattr(self, name) for name in _FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RankEnv) and self._astuple() == other._astuple()
-
-    def __hash__(self) -> int:
-        return hash(self._astuple())
-
-    def __repr__(self) -> str:
-        body = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
-        return f"RankEnv({body})"
 
     def replace(self, **changes: object) -> RankEnv:
         """A copy with some fields changed (the record itself is frozen)."""
-        values = {name: getattr(self, name) for name in _FIELDS}
-        values.update(changes)
-        return RankEnv(**values)
+        return replace(self, **changes)  # type: ignore[return-value]
 
     def variables(self) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -95,23 +95,24 @@ def _plan(args: argparse.Namespace):
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from slurmfabric import slurmcmd
+    from slurmfabric import submit
     from slurmfabric.validate.pairs import render_script, write_plan
 
     plan = _plan(args)
     if args.burn_in:
         plan.sbatch_args.append(f"--reservation={args.burn_in}")
-    script = render_script(plan)
+    # One way to submit: the same request (and dry run) as every rendered job (submit.py).
+    request = submit.SubmitRequest(script=render_script(plan), backend="sbatch",
+                                   workdir=str(plan.results))
     if args.dry_run:
-        print(f"# command: {' '.join(slurmcmd.sbatch_command())} < script")
-        print(script, end="")
+        print(request.describe(), end="")
         return 0
     if args.burn_in:
         _release_for_burnin(plan.nodes, args.burn_in, _policy(args))
     write_plan(plan)
-    (plan.results / "sweep.sbatch").write_text(script)
-    job = slurmcmd.sbatch(script, workdir=plan.results)
-    print(f"submitted job {job.job_id}: {len(plan.pairs)} pairs in {len(plan.rounds)} rounds; "
+    (plan.results / "sweep.sbatch").write_text(request.script)
+    job_id = submit.submit(request)
+    print(f"submitted job {job_id}: {len(plan.pairs)} pairs in {len(plan.rounds)} rounds; "
           f"then run: slurmfabric pairs report {plan.results}")
     return 0
 

@@ -218,3 +218,30 @@ def test_drain_and_resume_go_through_the_health_module(tmp_path, capsys, mocker)
     assert "every pair with sfn3" in dr.call_args.args[2]
     assert sorted(c.args[0] for c in rs.call_args_list) == ["sfn1", "sfn2", "sfn4"]
     assert "drain sfn3: drained" in capsys.readouterr().out
+
+
+def test_sweep_script_matches_its_golden_file_and_passes_shellcheck(tmp_path) -> None:
+    """The sweep script comes from templates/pairs.sh.j2 through the job scripts' Jinja
+    environment; SLURMFABRIC_UPDATE_GOLDEN=1 rewrites tests/golden/pairs.sh."""
+    import os
+    import shutil
+    import subprocess
+
+    from slurmfabric import __version__
+    from slurmfabric.validate.pairs import SweepPlan, render_script, round_robin
+
+    golden = Path(__file__).resolve().parents[1] / "golden" / "pairs.sh"
+    nodes = ["sfn1", "sfn2", "sfn3", "sfn4"]
+    plan = SweepPlan(nodes=nodes, rounds=round_robin(nodes), results=Path("/shared/sweep1"),
+                     partition="gpu", time_limit="30", tasks_per_node=8, gpus_per_node=8,
+                     mpi="pmix", srun_args=["--cpu-bind=none"], created=0.0)
+    text = render_script(plan).replace(f"slurmfabric {__version__} ", "slurmfabric VERSION ")
+    if os.environ.get("SLURMFABRIC_UPDATE_GOLDEN") == "1":
+        golden.write_text(text)
+    assert text == golden.read_text()
+    assert shutil.which("shellcheck"), "shellcheck missing: apt-get install shellcheck"
+    script = tmp_path / "pairs.sh"
+    script.write_text(text)
+    lint = subprocess.run(["shellcheck", "--shell=bash", str(script)], capture_output=True,
+                          text=True)
+    assert lint.returncode == 0, lint.stdout
