@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 import sys
 from collections.abc import Iterable
 from functools import lru_cache
@@ -25,6 +24,7 @@ import jinja2
 from slurmfabric import __version__
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import ConfigError
+from slurmfabric.textcheck import shell_word
 
 CONFIG_MARKER = "# slurmfabric-config: "
 _PACKAGE_TEMPLATES = Path(__file__).resolve().parent / "templates"  # wheel (force-include)
@@ -48,11 +48,11 @@ def q(value: Any) -> Shell:
     text = str(value)
     if not text.isprintable():
         return Shell(_ansi_c(text))
-    quoted = shlex.quote(text)
+    quoted = shell_word(text)
     if quoted.startswith("="):  # export X==v is valid bash, but shellcheck reads '=='
         quoted = f"'{text}'"
     if "\\'" in quoted:
-        quoted = "\\\\".join(shlex.quote(part) if part else "" for part in text.split("\\"))
+        quoted = "\\\\".join(shell_word(part) if part else "" for part in text.split("\\"))
     return Shell(quoted)
 
 

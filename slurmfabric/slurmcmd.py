@@ -203,6 +203,13 @@ def parse_node_states(text: str) -> dict[str, str]:
     return states
 
 
+def node_reason(record: dict[str, str]) -> str:
+    """A node record's Reason as Slurm means it: '' for ``(null)``/``none`` (no reason);
+    Slurm's ``[user@time]`` stamp is kept (health/drain.current_reason strips it)."""
+    reason = record.get("Reason", "").strip()
+    return "" if reason in ("(null)", "none", "None") else reason
+
+
 def node_state_flags(state: str) -> set[str]:
     """``IDLE+DRAIN`` -> ``{"IDLE", "DRAIN"}``; a trailing ``*`` (not responding) is kept as
     ``NOT_RESPONDING`` so callers need not know Slurm's suffix characters."""

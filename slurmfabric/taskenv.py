@@ -16,6 +16,7 @@ import os
 from slurmfabric import rankenv
 from slurmfabric._record import Record
 from slurmfabric.errors import UsageError
+from slurmfabric.textcheck import SAFE_CHARS, shell_word
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -210,14 +211,7 @@ def _binding(plan: object, rank_env: rankenv.RankEnv) -> object | None:
     return bindings[local]
 
 
-def quote(value: str) -> str:
-    """POSIX shell quoting, same result as shlex.quote (shlex imports re: too slow here)."""
-    if value and all(c in _SAFE for c in value):
-        return value
-    return "'" + value.replace("'", "'\"'\"'") + "'"
-
-
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
+quote = shell_word  # re-exported: the rendered exports and `launch --print` use it
 
 
 def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) -> str:
@@ -242,7 +236,7 @@ def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) 
         lines += [f"export {key}={quote(value)}" for key, value in final.items()]
     else:  # dotenv: KEY=value, double-quoted when needed
         for key, value in final.items():
-            if value and all(c in _SAFE for c in value):
+            if value and all(c in SAFE_CHARS for c in value):
                 lines.append(f"{key}={value}")
             else:
                 escaped = (value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")

@@ -18,6 +18,16 @@ Standard library only; ``one_line`` is also used by the hooks' error messages.
 from __future__ import annotations
 
 _BAD_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+# Characters a shell word needs no quotes for (the set shlex.quote leaves alone).
+SAFE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
+
+
+def shell_word(value: str) -> str:
+    """POSIX shell quoting, the same result as shlex.quote (which imports ``re``: too slow
+    for every rank). The one quoting rule; render.q adds the script-only forms on top."""
+    if value and all(c in SAFE_CHARS for c in value):
+        return value
+    return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
 def one_line(text: str, limit: int = 300) -> str:

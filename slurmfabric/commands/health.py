@@ -150,9 +150,9 @@ def _template(root: Path, kind: str) -> str:
 
 
 def _shell_word(text: str) -> str:
-    import shlex
+    from slurmfabric.textcheck import shell_word
 
-    return shlex.quote(text)
+    return shell_word(text)
 
 
 def _this_executable() -> str:

@@ -124,8 +124,7 @@ def make_reason(check: str, detail: str) -> str:
 
 def current_reason(record: dict[str, str]) -> str:
     """The node's Reason without Slurm's ``[user@time]`` stamp ('' when there is none)."""
-    reason = record.get("Reason", "").strip()
-    return "" if reason in ("(null)", "none", "None") else _STAMP.sub("", reason)
+    return _STAMP.sub("", slurmcmd.node_reason(record))
 
 
 def is_ours(reason: str) -> bool:

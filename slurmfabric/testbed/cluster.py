@@ -73,10 +73,7 @@ class Cluster:
 
     def node_state(self, name: str) -> tuple[str, str]:
         record = slurmcmd.node(name, env=self.env)
-        reason = record.get("Reason", "")
-        if reason in ("(null)", "none"):
-            reason = ""
-        return record.get("State", "UNKNOWN"), reason
+        return record.get("State", "UNKNOWN"), slurmcmd.node_reason(record)
 
     def set_extra_conf(self, text: str) -> None:
         """Rewrite the included slurm.conf fragment and make the daemons reread it."""

@@ -6,8 +6,8 @@ method gives N-1 rounds for even N and N rounds (one node sitting out each round
 
 The script records, per pair, the test's output (``<a>+<b>.out``), its exit code (``.rc``)
 and one line per task with the node it really ran on (``.tasks``), so the report checks
-the schedule from what happened, not from what was planned. Every value that reaches the
-script goes through ``shlex.quote``. Standard library only.
+the schedule from what happened, not from what was planned. The script is rendered from
+templates/pairs.sh.j2 by render.environment(), whose quoting guard every value passes.
 """
 
 from __future__ import annotations

@@ -6,8 +6,11 @@ import json
 import re
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
+
+FAKEBW = Path(__file__).resolve().parents[1] / "fakebw.py"  # the bandwidth double
 
 pytestmark = pytest.mark.cluster
 
@@ -27,7 +30,7 @@ def test_pair_sweep_finds_the_degraded_node(cluster, tmp_path):
         "SLURMFABRIC_FAKEBW": json.dumps({bad: DEGRADED}),
         "SLURMFABRIC_FAKEBW_SECONDS": "2",  # long enough that a round's steps overlap
     }
-    fake = f"{sys.executable} -m slurmfabric.validate.fakebw -b 256M -e 8G -f 2 -g 1"
+    fake = f"{sys.executable} {FAKEBW} -b 256M -e 8G -f 2 -g 1"
     sub = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes),
                            "--results", str(results), "--partition", cluster.partition,
                            "--time", "5", "--command", fake), env=env)
@@ -100,7 +103,7 @@ RESERVATION = "sf_pairs_burnin"
 
 def _sweep(cluster, nodes: list[str], results, degraded: dict[str, float], *extra: str):
     env = {"SLURMFABRIC_FAKEBW": json.dumps(degraded), "SLURMFABRIC_FAKEBW_SECONDS": "1"}
-    fake = f"{sys.executable} -m slurmfabric.validate.fakebw -b 256M -e 8G -f 2 -g 1"
+    fake = f"{sys.executable} {FAKEBW} -b 256M -e 8G -f 2 -g 1"
     sub = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes), "--results",
                            str(results), "--partition", cluster.partition, "--time", "5",
                            "--command", fake, *extra), env=env)

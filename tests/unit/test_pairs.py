@@ -6,13 +6,13 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import fakebw
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmfabric.commands import pairs as cmd
 from slurmfabric.errors import UsageError
-from slurmfabric.validate import fakebw
 from slurmfabric.validate.heatmap import render_svg
 from slurmfabric.validate.nccl_tests import parse
 from slurmfabric.validate.pairs import (

@@ -1,6 +1,7 @@
 """A stand-in for ``all_reduce_perf`` on machines without GPUs: same output, chosen bandwidth.
 
-Run as a job step (``srun ... python -m slurmfabric.validate.fakebw -b 1G -e 8G -f 2``).
+Run as a job step (``srun ... python tests/fakebw.py -b 1G -e 8G -f 2``): a test double,
+kept out of the package.
 Rank 0 (``SLURM_PROCID``) prints nccl-tests' exact format (the printf formats of
 nccl-tests ``src/common.cu``); other ranks print nothing, as with an MPI build. The step's
 nodes come from ``SLURM_STEP_NODELIST`` (or ``--nodes``) and each node's bus bandwidth
@@ -101,7 +102,7 @@ def render(nodes: list[str], peak: float, minbytes: int, maxbytes: int, factor: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m slurmfabric.validate.fakebw",
+    p = argparse.ArgumentParser(prog="python tests/fakebw.py",
                                 description=__doc__.splitlines()[0])
     p.add_argument("-b", "--minbytes", default="1G")
     p.add_argument("-e", "--maxbytes", default="8G")
