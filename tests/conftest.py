@@ -14,12 +14,14 @@ import pytest
 
 # The test helpers (fake sysfs builder, fixture node descriptions, health fixtures) import
 # by their module names everywhere: their directories go on sys.path here, once.
-from slurmfabric.testbed import Cluster, Testbed, default_state_dir
+from slurmfabric.testbed import Testbed, default_state_dir
 
 _TESTS = Path(__file__).resolve().parent
 for _helpers in (_TESTS / "fixtures" / "health", _TESTS / "fixtures" / "topology", _TESTS):
     if str(_helpers) not in sys.path:
         sys.path.insert(0, str(_helpers))
+
+from testbed_cluster import Cluster  # noqa: E402 - found through the path set just above
 
 _STATE = {"started_here": False, "cluster_tests_run": 0}
 

@@ -345,6 +345,4 @@ class Testbed:
         return proc.pid
 
 
-from slurmfabric.testbed.cluster import Cluster, JobResult  # noqa: E402  (needs Testbed)
-
-__all__ = ["Cluster", "JobResult", "Settings", "Testbed", "TestbedError"]
+__all__ = ["Settings", "Testbed", "TestbedError"]

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import nvsmi, write_config
-
-from slurmfabric.testbed import Cluster
+from testbed_cluster import Cluster
 
 pytestmark = pytest.mark.cluster
 ADMIN_REASON = "admin: cable swap, ticket 99"

@@ -24,9 +24,9 @@ from pathlib import Path
 import fakesysfs
 import nodes
 import pytest
+from testbed_cluster import Cluster
 
 from slurmfabric._sysfs import parse_cpulist
-from slurmfabric.testbed import Cluster
 
 HERE = Path(__file__).resolve().parents[1]
 

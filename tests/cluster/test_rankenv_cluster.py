@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from testbed_cluster import Cluster
 
 from slurmfabric import hostlist
-from slurmfabric.testbed import Cluster
 
 pytestmark = pytest.mark.cluster
 

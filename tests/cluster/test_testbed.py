@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from testbed_cluster import Cluster
 
-from slurmfabric.testbed import Cluster, Settings, Testbed
+from slurmfabric.testbed import Settings, Testbed
 
 pytestmark = pytest.mark.cluster
 

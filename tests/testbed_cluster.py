@@ -1,8 +1,8 @@
-"""A handle on a running testbed for tests and demos: run commands, submit, wait.
+"""A handle on a running testbed for the tests: run commands, submit, wait.
 
-Tests use this through the session fixture in ``tests/conftest.py``; the demo in the
-README uses it through ``slurmfabric testbed``. Only job-level conveniences live here;
-Slurm command lines themselves come from ``slurmfabric.slurmcmd``.
+Test-only, so it lives under tests/ and stays out of the wheel; the tests get it through
+the session fixture in ``tests/conftest.py``. Only job-level conveniences live here; Slurm
+command lines themselves come from ``slurmfabric.slurmcmd``.
 """
 
 from __future__ import annotations
