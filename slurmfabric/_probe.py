@@ -60,16 +60,23 @@ class OutputLimit(Deadline):
 MAX_OUTPUT = 256 << 20  # a 10,000-port iblinkinfo is a few MB
 
 
-def process_state(pid: int) -> str | None:
-    """The one-letter state from /proc/<pid>/stat (R, S, D, Z ...), None if gone."""
+def proc_stat(pid: int) -> tuple[str, list[str]] | None:
+    """(command name, the fields after it) from /proc/<pid>/stat, None if gone: the one
+    reader of that file. proc(5): fields[0] is the state, [1] the parent pid, [19] the
+    start time. The name is in parentheses and may itself hold spaces or ')'."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
             text = handle.read()
     except OSError:
         return None
-    # The command name is in parentheses and may itself contain spaces or ')'.
-    tail = text.rpartition(")")[2].split()
-    return tail[0] if tail else None
+    head, _, tail = text.rpartition(")")
+    return head.partition("(")[2], tail.split()
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state from /proc/<pid>/stat (R, S, D, Z ...), None if gone."""
+    stat = proc_stat(pid)
+    return stat[1][0] if stat and stat[1] else None
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> str | None:

@@ -26,14 +26,12 @@ DIR_ENV = "SLURMFABRIC_PORT_DIR"
 
 def _stat(pid: int) -> tuple[str, int, str] | None:
     """(comm, ppid, starttime) of ``pid``, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            text = handle.read().decode(errors="replace")
-    except OSError:
+    from slurmfabric._probe import proc_stat
+
+    stat = proc_stat(pid)
+    if stat is None or len(stat[1]) < 20:
         return None
-    comm = text[text.find("(") + 1 : text.rfind(")")]
-    fields = text[text.rfind(")") + 2 :].split()
-    return comm, int(fields[1]), fields[19]
+    return stat[0], int(stat[1][1]), stat[1][19]
 
 
 def owner() -> tuple[int, str]:

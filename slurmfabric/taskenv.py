@@ -110,7 +110,8 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
         return None
     local = rank_env.local_world_size or rank_env.nproc_per_node or 1
     plan = make_plan(
-        discover(environ.get("SLURMFABRIC_SYSFS_ROOT") or None, plan_only=True),
+        discover(environ.get("SLURMFABRIC_SYSFS_ROOT") or None, plan_only=True,
+                 environ=environ),
         local,
         visible_gpus=visible_gpus_from_env(environ),
         master_addr=rank_env.master_addr,

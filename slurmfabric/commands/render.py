@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import sys
@@ -55,15 +56,21 @@ def chosen_bin(args: argparse.Namespace, config: Any) -> str | None:
     return override
 
 
+@functools.lru_cache(maxsize=4)
+def _script_text(path: str) -> str:
+    """A rendered script's text, read once for its config and its re-render line."""
+    from slurmfabric.inputfile import read_text
+
+    return read_text(path, "script", 16 << 20, lenient=True)
+
+
 def rerender_command(args: argparse.Namespace) -> str:
     """The command line that reproduces this render (shown in the script header); from a
     script, the script's own line, so that re-rendering it gives the same script."""
     if args.from_script:
-        from slurmfabric.inputfile import read_text
         from slurmfabric.render import rerender_from_script
 
-        line = rerender_from_script(read_text(args.from_script, "script", 16 << 20,
-                                              lenient=True))
+        line = rerender_from_script(_script_text(args.from_script))
         if line:
             return line
     words = ["slurmfabric", "render"]
@@ -84,11 +91,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if args.from_script:
         if args.config or args.sets:
             raise UsageError("--from-script cannot be combined with -c or --set")
-        from slurmfabric.inputfile import read_text
         from slurmfabric.render import config_from_script
 
-        return config_from_script(read_text(args.from_script, "script", 16 << 20,
-                                            lenient=True))
+        return config_from_script(_script_text(args.from_script))
     from slurmfabric.config import load_config
 
     return load_config(args.config, args.sets, args.site_defaults)

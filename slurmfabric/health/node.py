@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from slurmfabric._probe import proc_stat
 from slurmfabric._sysfs import Root, read_text
 from slurmfabric.health.model import FAIL, OK, CheckResult, Metric, ProbeError
 
@@ -46,11 +47,11 @@ def _own_family() -> set[int]:
     pids, pid = {os.getpid()}, os.getppid()
     while pid > 1 and pid not in pids:
         pids.add(pid)
-        stat = read_text(f"/proc/{pid}/stat")
+        stat = proc_stat(pid)
         if not stat:
             break
         try:
-            pid = int(stat.rpartition(")")[2].split()[1])
+            pid = int(stat[1][1])
         except (IndexError, ValueError):
             break
     return pids

@@ -129,7 +129,7 @@ def log_lines(run: Any, drain: Any, exit_code: int) -> list[str]:
 
 def write_hook_error(runner: dict[str, Any], node: str, hook: str, value: int) -> Path | None:
     """``slurmfabric_health_hook_error`` 1 when a hook failed open on its own fault, 0 after a
-    hook ran cleanly: its own textfile beside the checks' (``<prometheus_file>.hook``), so a
+XX
     failed-open run does not erase the last real check results."""
     target = str(runner.get("prometheus_file") or "")
     if not target:

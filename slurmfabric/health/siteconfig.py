@@ -240,7 +240,7 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
     if key in RANGES:
         problem = _number_problem(value, key, key in INTEGER_KEYS)
         return bad(problem) if problem else value
-    if isinstance(default, bool):
+    if isinstance(default, bool) or key == "gdr":  # gdr: true, false or unset (auto)
         return value if isinstance(value, bool) else bad(
             f"{key} = {_one_line(repr(value))} should be true or false")
     if key in STRING_LISTS:
@@ -264,9 +264,6 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
             return bad(f"{key} = {_one_line(repr(value))}; use one of "
                        f"{', '.join(repr(c) for c in NODE_CHOICES[key])}")
         return value
-    if key == "gdr":
-        return value if isinstance(value, bool) else bad(f"gdr = {_one_line(repr(value))} "
-                                                         "should be true or false")
     if default is not None and not isinstance(value, type(default)):
         return bad(f"{key} = {_one_line(repr(value))} should be a {type(default).__name__} "
                    f"like {default!r}")

@@ -37,12 +37,13 @@ def resolves(name: str) -> bool:
 
 def pid_runs(pid: int, program: str) -> bool:
     """True if ``pid`` is alive and runs ``program`` (guards against recycled PIDs)."""
+    from slurmfabric._probe import process_state
+
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+    if process_state(pid) in (None, "Z"):
         return False
     return any(Path(arg.decode(errors="replace")).name == program for arg in cmdline[:4])
 

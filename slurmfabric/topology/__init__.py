@@ -27,6 +27,10 @@ from slurmfabric.topology.model import (
     distance_rank,
 )
 
+TYPE_CHECKING = False  # no typing/collections at run time: the per-rank path
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 __all__ = [
     "DISTANCES",
     "GdrSupport",
@@ -50,18 +54,22 @@ def discover(
     *,
     nvml: bool | None = None,
     plan_only: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Topology:
     """Snapshot this node. ``nvml=None`` uses NVML only on the real root with a driver.
+    ``environ`` (default ``os.environ``) is where NCCL_TOPO_FILE is looked up.
 
     ``plan_only=True`` is for the per-rank path (``env``/``launch``): it skips the files the
     plan never reads (port counters, firmware, IB GID tables, link details of netdevs), so
     the plan comes out the same with about a third fewer reads; ``topo`` shows everything.
     """
-    return discover_with_reader(Reader(as_root(root)), nvml=nvml, plan_only=plan_only)
+    return discover_with_reader(Reader(as_root(root)), nvml=nvml, plan_only=plan_only,
+                                environ=environ)
 
 
 def _nccl_topo_tree(reader: Reader, gpus: tuple, rdma_devices: tuple,
-                    markers: dict[str, str], notes: list[str]) -> tuple[tuple, tuple]:
+                    markers: dict[str, str], notes: list[str],
+                    environ: Mapping[str, str]) -> tuple[tuple, tuple]:
     """Where sysfs hides the PCIe tree (a VM), take it from the NCCL topology file."""
     from slurmfabric.topology import nccl_topo
 
@@ -69,7 +77,7 @@ def _nccl_topo_tree(reader: Reader, gpus: tuple, rdma_devices: tuple,
     if not gpus or not nccl_topo.hidden([d.pci.path for d in devices]):
         return gpus, rdma_devices
     markers["pcie_hidden"] = "1"
-    found = nccl_topo.configured_file(reader, dict(os.environ))
+    found = nccl_topo.configured_file(reader, environ)
     if found is None:
         return gpus, rdma_devices
     path, where = found
@@ -96,7 +104,8 @@ def _nccl_topo_tree(reader: Reader, gpus: tuple, rdma_devices: tuple,
 
 
 def discover_with_reader(
-    reader: Reader, *, nvml: bool | None = None, plan_only: bool = False
+    reader: Reader, *, nvml: bool | None = None, plan_only: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Topology:
     from slurmfabric.topology import gpu, net, numa, rdma
 
@@ -114,7 +123,8 @@ def discover_with_reader(
         notes.append(f"{where} is missing or empty: is the root right?")
     rdma_devices = rdma.discover_rdma(reader, plan_only=plan_only)
     markers = numa.discover_markers(reader)
-    gpus, rdma_devices = _nccl_topo_tree(reader, gpus, rdma_devices, markers, notes)
+    gpus, rdma_devices = _nccl_topo_tree(reader, gpus, rdma_devices, markers, notes,
+                                         os.environ if environ is None else environ)
     return Topology(
         root=str(reader.base),
         rdma=rdma_devices,

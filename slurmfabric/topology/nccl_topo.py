@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from slurmfabric.topology._io import Reader
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 CONF = "/etc/nccl.conf"
 MAX_BYTES = 1 << 20
 
 
-def configured_file(reader: Reader, environ: dict[str, str]) -> tuple[str, str] | None:
+def configured_file(reader: Reader, environ: Mapping[str, str]) -> tuple[str, str] | None:
     """(path, where it was set) of the NCCL topology file NCCL itself would read."""
     value = environ.get("NCCL_TOPO_FILE")
     if value:

@@ -141,3 +141,15 @@ def test_two_gpus_and_two_nics_per_switch_spread_one_nic_per_gpu(tmp_path: Path)
     assert [b[1] for b in got] == [f"mlx5_bond_{k}:1" for k in range(8)]
     assert {b[2] for b in got} == {"PIX"}
     assert got[0][3:] == ("0-15", 0) and got[1][3].startswith("16-") and got[1][4] == 0
+
+
+def test_the_topology_file_named_by_the_tasks_environment_is_used(tmp_path: Path) -> None:
+    node = real_nodes.azure_ndv5(with_topo_file=False)
+    node.files["/opt/site/topo.xml"] = (REAL / "azure" / "azhpc-images_ndv5-topo.xml").read_text()
+    root = fakesysfs.build(node, tmp_path / "root")
+    topo = discover(root, environ={"NCCL_TOPO_FILE": "/opt/site/topo.xml"})
+    assert topo.markers["nccl_topo_file"] == "/opt/site/topo.xml"
+    assert topo.markers["nccl_topo_source"] == "NCCL_TOPO_FILE"
+    plan = make_plan(topo, 8)
+    assert [b.nic_distance for b in plan.bindings] == ["PIX"] * 8
+    assert "nccl_topo_file" not in discover(root, environ={}).markers
