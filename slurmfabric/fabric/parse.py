@@ -39,7 +39,7 @@ _LANE_RATE = {
 
 def lane_count(width: str) -> int:
     """``"4X"`` -> 4; 0 for anything unknown."""
-    match = re.fullmatch(r"(\d+)X", width.strip().upper())
+    match = re.fullmatch(r"([0-9]{1,3})X", width.strip().upper())
     return int(match.group(1)) if match else 0
 
 
@@ -97,19 +97,21 @@ class PortLink:
 # "    0x0002c903000e0b72      5    1[  ] ==( 4X 25.78125 Gbps Active/  LinkUp)==> ..."
 # The part inside "==( ... )==>" is "<width> <speed> <state>/ <phys>" or "<state>/ <phys>".
 _LINK_BODY = re.compile(
-    r"==\(\s*(?:(?P<width>\d+X)\s+(?P<speed>[\d.]+\s*Gbps(?:\s*\([^)]*\))?)\s+)?"
+    r"==\(\s*(?:(?P<width>[0-9]{1,3}X)\s+(?P<speed>[\d.]+\s*Gbps(?:\s*\([^)]*\))?)\s+)?"
     r"(?P<state>[A-Za-z]+)/\s*(?P<phys>[A-Za-z]+)\s*\)==>"
 )
 _REMOTE = re.compile(
-    r"==>\s*(?:(?P<rguid>0x[0-9a-fA-F]+)\s+)?(?:(?P<rlid>\d+)\s+)?(?P<rport>\d+)?\s*"
+    r"==>\s*(?:(?P<rguid>0x[0-9a-fA-F]+)\s+)?(?:(?P<rlid>[0-9]{1,9})\s+)?(?P<rport>[0-9]{1,9})?\s*"
     r"\[[^\]]*\]\s*\"(?P<rdesc>[^\"]*)\"\s*\((?P<hint>[^)]*)\)"
 )
 _LOCAL_LINE = re.compile(
     r"^\s*(?:(?P<guid>0x[0-9a-fA-F]+)\s+)?(?:\"(?P<desc>[^\"]*)\"\s+)?"
-    r"(?P<lid>\d+)\s+(?P<port>\d+)\s*\[[^\]]*\]\s*==\("
+    r"(?P<lid>[0-9]{1,9})\s+(?P<port>[0-9]{1,9})\s*\[[^\]]*\]\s*==\("
 )
-_CA_HEADER = re.compile(r"^CA:\s*(?P<desc>.*):\s*$")
-_SW_HEADER = re.compile(r"^Switch:\s*(?P<guid>0x[0-9a-fA-F]+)\s+(?P<desc>.*):\s*$")
+# Matched against right-stripped lines; the description is stripped after the match. No
+# "\s*" next to ".*": that pair backtracks quadratically on a long line without the colon.
+_CA_HEADER = re.compile(r"^CA:(?P<desc>.*):$")
+_SW_HEADER = re.compile(r"^Switch:\s*(?P<guid>0x[0-9a-fA-F]+)\s(?P<desc>.*):$")
 _COULD_BE_WIDTH = re.compile(r"Could be (\d+X)")
 _COULD_BE_SPEED = re.compile(r"Could be ([\d.]+\s*Gbps(?:\s*\(\w+\))?|FDR10)")
 
@@ -215,9 +217,12 @@ class PortCounters:
 
 
 _PQ_HEADER = re.compile(
-    r"^#\s*Port (?P<ext>extended )?counters:\s*Lid\s+(?P<lid>\d+)\s+port\s+(?P<port>\d+)", re.I
+    r"^#\s*Port (?P<ext>extended )?counters:\s*Lid\s+(?P<lid>[0-9]{1,9})\s+"
+    r"port\s+(?P<port>[0-9]{1,9})", re.I
 )
-_PQ_VALUE = re.compile(r"^(?P<name>[A-Za-z0-9_]+):\.*(?P<value>0x[0-9a-fA-F]+|\d+)\s*$")
+_PQ_VALUE = re.compile(
+    r"^(?P<name>[A-Za-z0-9_]+):\.*(?P<value>0x[0-9a-fA-F]{1,16}|[0-9]{1,20})\s*$"
+)
 
 
 def parse_perfquery(text: str) -> list[PortCounters]:
@@ -282,7 +287,7 @@ class LocalPort:
 
 
 _IBSTAT_CA = re.compile(r"^CA '(?P<ca>[^']+)'\s*$")
-_IBSTAT_PORT = re.compile(r"^Port (?P<port>\d+):\s*$")
+_IBSTAT_PORT = re.compile(r"^Port (?P<port>[0-9]{1,9}):\s*$")
 _IBSTAT_KV = re.compile(r"^(?P<key>[A-Za-z ]+):\s*(?P<value>.*)$")
 
 
@@ -362,10 +367,10 @@ class TopoLink:
 
 
 _TOPO_NODE = re.compile(
-    r"^(?P<type>Switch|Ca|Hca|Rt)\s+(?P<ports>\d+)\s+\"(?P<id>[^\"]+)\"\s*(?:#\s*\"(?P<desc>[^\"]*)\")?"
+    r"^(?P<type>Switch|Ca|Hca|Rt)\s+(?P<ports>[0-9]{1,9})\s+\"(?P<id>[^\"]+)\"\s*(?:#\s*\"(?P<desc>[^\"]*)\")?"
 )
 _TOPO_PORT = re.compile(
-    r"^\[(?P<port>\d+)\](?:\((?P<pguid>[0-9a-fA-F]+)\))?\s+\"(?P<rid>[^\"]+)\"\[(?P<rport>\d+)\]"
+    r"^\[(?P<port>[0-9]{1,9})\](?:\((?P<pguid>[0-9a-fA-F]+)\))?\s+\"(?P<rid>[^\"]+)\"\[(?P<rport>[0-9]{1,9})\]"
     r"(?:\((?P<rpguid>[0-9a-fA-F]+)\))?(?:\s*#[^\"]*\"(?P<rdesc>[^\"]*)\")?"
 )
 _TOPO_GUID = re.compile(r"^(?:switchguid|caguid|hcaguid)=(?P<guid>0x[0-9a-fA-F]+)")

@@ -22,26 +22,31 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
-_LINE = re.compile(
-    r"^(?P<pre>.*?)"
-    r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+)?"
-    r"\[(?P<dev>\d+)\]\s+"
-    r"(?:(?P<src>\S+:\d+)\s+)?"
-    r"NCCL (?P<level>INFO|WARN|ERROR|TRACE|ABORT)\b\s?(?P<msg>.*)$"
+# The marker every NCCL line has; the text before it (host:pid:tid and launcher labels) is
+# split off by _split_prefix. Two steps, not one regex with a lazy prefix: that one
+# backtracks quadratically on a long line with no marker (a 64 KiB line took 30 s).
+_MARK = re.compile(
+    r"\[(?P<dev>[0-9]{1,9})\]\s+"
+    r"(?:(?P<src>\S+:[0-9]+)\s+)?"
+    r"NCCL (?P<level>INFO|WARN|ERROR|TRACE|ABORT)\b\s?"
 )
-_TAGGED = re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s*$")  # mpirun --tag-output
-_SRUN_LABEL = re.compile(r"^\s*(?P<rank>\d+):\s*$")  # srun --label
-_RANK_LABEL = re.compile(r"\[(?P<rank>\d+)\]\s*$")
+_TAGGED = re.compile(r"\[\d+,(?P<rank>[0-9]{1,9})\]<std(?:out|err)>:\s*$")  # mpirun --tag-output
+_SRUN_LABEL = re.compile(r"^\s*(?P<rank>[0-9]{1,9}):\s*$")  # srun --label
+_RANK_LABEL = re.compile(r"\[(?P<rank>[0-9]{1,9})\]\s*$")
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+\S*)")
+_OOB = re.compile(r";\s*OOB (\S+)\s*$")
+_COMM = re.compile(r"comm 0x[0-9a-f]+ rank ([0-9]{1,9}) nranks ([0-9]{1,9}) cudaDev [0-9]")
 _LIST_ITEM = re.compile(r"\[\d+\](\S+)")
 _NET_VIA = re.compile(
-    r"^NET/(?P<net>.+?)/(?P<dev>\d+)(?:\((?P<merged>\d+)\))?(?P<gdr>/GDRDMA)?(?:/\S*)?$"
+    r"^NET/(?P<net>.+?)/(?P<dev>[0-9]{1,9})(?:\((?P<merged>[0-9]{1,9})\))?(?P<gdr>/GDRDMA)?(?:/\S*)?$"
 )
 _GDR_LINE = re.compile(
-    r"GPU Direct RDMA (?P<state>Enabled|Disabled) for (?:GPU \S+ / )?HCA (?P<hca>\d+)"
+    r"GPU Direct RDMA (?P<state>Enabled|Disabled) for (?:GPU \S+ / )?HCA (?P<hca>[0-9]{1,9})"
     r"(?: '(?P<name>[^']*)')?(?P<rest>.*)$"
 )
-_COMPLETION = re.compile(r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<st>\d+)")
+_COMPLETION = re.compile(
+    r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<st>[0-9]{1,9})"
+)
 
 # ibv_wc_status values (rdma-core verbs.h) that show up in NCCL's completion warnings.
 WC_STATUS = {
@@ -142,6 +147,28 @@ class LogReport:
         }
 
 
+_HOST_BREAKS = frozenset(":[]")
+
+
+def _split_prefix(before: str) -> tuple[str, str | None, str | None]:
+    """(label text, host, pid) from what precedes ``[dev]``: NCCL's ``host:pid:tid `` is
+    the last word when present, and anything before it is a launcher label or a time.
+    Linear in the prefix: string scans, no backtracking regex."""
+    if not before[-1:].isspace():
+        return before, None, None
+    word_end = len(before.rstrip())
+    head, _, tid = before[:word_end].rpartition(":")
+    head, _, pid = head.rpartition(":")
+    if not (tid.isdecimal() and pid.isdecimal()):
+        return before, None, None
+    start = len(head)
+    while start and not (head[start - 1].isspace() or head[start - 1] in _HOST_BREAKS):
+        start -= 1
+    if start == len(head):
+        return before, None, None
+    return before[:start], head[start:], pid
+
+
 def _label(pre: str) -> str | None:
     for pattern in (_TAGGED, _SRUN_LABEL, _RANK_LABEL):
         match = pattern.search(pre)
@@ -168,15 +195,13 @@ class _Parser:
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\r\n")
-        match = _LINE.match(line)
+        match = _MARK.search(line) if "NCCL " in line else None
         if match is None:
             self.loose(line)
             return
-        info = self.rank(
-            match.group("host"), match.group("pid"), int(match.group("dev")),
-            _label(match.group("pre")),
-        )
-        msg = match.group("msg").strip()
+        pre, host, pid = _split_prefix(line[:match.start()])
+        info = self.rank(host, pid, int(match.group("dev")), _label(pre))
+        msg = line[match.end():].strip()
         if match.group("level") in ("WARN", "ERROR", "ABORT"):
             self.warn(info, msg, match.group("src") or "")
         else:
@@ -195,10 +220,12 @@ class _Parser:
             r.version = m.group("v")
         elif m := re.match(r"Using (?:internal )?[Nn]etwork (.+)$", msg):
             r.network = m.group(1).strip()  # "Using internal Network IB" up to NCCL 2.3
-        elif m := re.match(r"NET/IB ?: Using (.*?)(?:;\s*OOB (\S+))?\s*$", msg):
-            r.net_devices = _LIST_ITEM.findall(m.group(1))
-            if m.group(2):
-                _add(r.interfaces, m.group(2))
+        elif m := re.match(r"NET/IB ?: Using ", msg):
+            devices = msg[m.end():]
+            if oob := _OOB.search(devices):  # "[0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>"
+                devices = devices[:oob.start()]
+                _add(r.interfaces, oob.group(1))
+            r.net_devices = _LIST_ITEM.findall(devices)
         elif msg.startswith("NET/IB : No device found") or msg.startswith("NET/IB: No device"):
             r.no_ib_device = True
         elif m := re.match(r"NET/Socket ?: Using (.*)$", msg):
@@ -222,13 +249,13 @@ class _Parser:
             r.collnet_channels += 1
         elif m := re.match(r"(?:Channel|Ring) \d+(?:/\d+)? : .* via (.+?)\s*$", msg):
             self.transport(r, m.group(1))
-        elif (m := re.match(r"Channel \d+/(\d+) :[\s\d]+$", msg)) or (
-            m := re.match(r"(\d+) coll channels", msg)
+        elif (m := re.match(r"Channel \d+/([0-9]{1,9}) :[\s\d]+$", msg)) or (
+            m := re.match(r"([0-9]{1,9}) coll channels", msg)
         ):
             r.channels = max(r.channels or 0, int(m.group(1)))
         elif msg.startswith("Trees ") or msg.startswith("Connected all trees"):
             r.trees = True
-        elif m := re.search(r"comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) cudaDev (\d+)", msg):
+        elif m := _COMM.search(msg):
             r.rank, r.nranks = int(m.group(1)), int(m.group(2))
         elif m := re.match(r"(NCCL_\w+) set by environment to (\S+?)\.?$", msg):
             self.env[m.group(1)] = m.group(2)

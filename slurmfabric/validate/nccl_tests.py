@@ -15,15 +15,17 @@ of an inter-node all_reduce approaches the node's summed NIC line rate. Standard
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import asdict, dataclass, field
 
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _RANK = re.compile(
-    r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+"
-    r"(?P<host>\S+)\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]+)\]\s+(?P<name>.+?)\s*$"
+    r"^#\s+Rank\s+(?P<rank>[0-9]{1,9})(?:\s+Group\s+(?P<group>[0-9]{1,9}))?\s+Pid\s+(?P<pid>[0-9]{1,9})\s+on\s+"
+    r"(?P<host>\S+)\s+device\s+(?P<dev>[0-9]{1,9})\s+\[(?P<bus>[^\]]+)\]\s+(?P<name>.+?)\s*$"
 )
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<verdict>OK|FAILED)?")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>[0-9]{1,20})\s*(?P<verdict>OK|FAILED)?")
+_DECIMAL = re.compile(r"[0-9]{1,20}")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>[\d.eE+-]+)")
 _NTHREAD = re.compile(r"^#?\s*nThread (?P<body>.*)$")
 _COLLECTIVE = re.compile(r"^#\s*Collective test (?:starting|concluded):\s*(?P<name>\S+)")
@@ -119,9 +121,27 @@ class TestRun:
 
 
 def _number(text: str) -> float | None:
+    """A measured cell: a finite number >= 0, None for "N/A"; ValueError otherwise (NaN
+    or inf in a row must not pass a bandwidth check by comparing false)."""
     if text == "N/A":
         return None
-    return float(text)
+    value = float(text)
+    if not (0.0 <= value < float("inf")):
+        raise ValueError(f"not a measurement: {text!r}")
+    return value
+
+
+def _measured(text: str) -> float:
+    value = _number(text)
+    if value is None:
+        raise ValueError("N/A where a time or bandwidth goes")
+    return value
+
+
+def _count(text: str) -> int | None:
+    """The #wrong column: a count nccl-tests prints with %g ("5.36871e+08"), or N/A."""
+    value = _number(text)
+    return None if value is None else int(value)
 
 
 def _columns(tokens: list[str]) -> list[str]:
@@ -146,19 +166,28 @@ def _guess_lead(tokens: list[str]) -> list[str]:
 
 
 def _row(tokens: list[str], lead: list[str], old: bool) -> Row | None:
+    """One result row, or None for a line that only looks like one (noise between rows,
+    a garbled cell): nccl-tests prints plain decimal numbers, "N/A" for no check."""
     if not lead or len(tokens) != len(lead) + 8:
         return None
-    if not (tokens[0].isdigit() and tokens[1].isdigit()):
+    try:
+        return _cells(tokens, lead, old)
+    except ValueError:
+        return None
+
+
+def _cells(tokens: list[str], lead: list[str], old: bool) -> Row | None:
+    if not all(_DECIMAL.fullmatch(t) for t in tokens[:2]):
         return None
     values = dict(zip(lead, tokens))
     cells = []
     for half in (tokens[len(lead):len(lead) + 4], tokens[len(lead) + 4:]):
         time_us, algbw, busbw, last = half
-        check = _number(last)
         cells.append(Cell(
-            time_us=float(time_us), algbw=float(algbw), busbw=float(busbw),
-            wrong=None if old or check is None else int(check),
-            error=check if old else None,
+            time_us=_measured(time_us), algbw=_measured(algbw), busbw=_measured(busbw),
+            # old releases print the largest error, which may be "nan" on corrupt data
+            wrong=None if old else _count(last),
+            error=(None if last == "N/A" else float(last)) if old else None,
         ))
     root = values.get("root")
     return Row(
@@ -208,7 +237,8 @@ def parse(text: str) -> list[TestRun]:
         elif m := _OOB.match(stripped):
             run.out_of_bounds = int(m.group("n"))
         elif m := _AVG.match(stripped):
-            run.avg_busbw = float(m.group("bw"))
+            with contextlib.suppress(ValueError):  # a garbled summary line is not a figure
+                run.avg_busbw = _measured(m.group("bw"))
         elif (m := _VERSION.search(stripped)) and not stripped.startswith("#"):
             run.nccl_version = run.nccl_version or m.group("v")
         elif stripped and stripped[0].isdigit():

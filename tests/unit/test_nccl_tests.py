@@ -144,3 +144,23 @@ def test_cli_rejects_non_output(tmp_path):
     f.write_text("nothing here\n")
     with pytest.raises(Exception, match="no nccl-tests output"):
         cmd.main(["parse", str(f)])
+
+
+def test_a_garbled_row_is_not_a_measurement():
+    """NaN compares false with every threshold: a row with NaN or inf bandwidth, or a
+    non-number in a cell, must drop out rather than pass or fail a check by accident."""
+    text = (FIX / "nccl-tests-allreduce-2node-h100.txt").read_text()
+    last = [line for line in text.splitlines() if line.strip().startswith("17179869184")][0]
+    cells = last.split()
+    for bad in ("nan", "inf", "-nan", "x", "1e999", "-3"):
+        garbled = " ".join(cells[:7] + [bad] + cells[8:])  # out-of-place busbw
+        run = parse(text.replace(last, garbled))[0]
+        assert run.rows[-1].size == 8589934592, bad
+        wrong = " ".join(cells[:8] + [bad] + cells[9:])  # the #wrong count
+        assert parse(text.replace(last, wrong))[0].rows[-1].size == 8589934592, bad
+    old = one("nccl-tests-allreduce-old-error-column.txt").rows[0]
+    old_text = (FIX / "nccl-tests-allreduce-old-error-column.txt").read_text()
+    assert old.out_of_place.error == 1e-06
+    row_line = [line for line in old_text.splitlines() if line.strip().startswith(str(old.size))][0]
+    corrupt = parse(old_text.replace(row_line, row_line.replace("1e-06", "-nan", 1)))[0].rows[0]
+    assert corrupt.size == old.size and corrupt.out_of_place.error != corrupt.out_of_place.error

@@ -1,0 +1,123 @@
+"""Real tool output, mutated: every parser of text a user hands us must either read it or
+raise slurmfabric's own error, and must stay linear on long hostile lines.
+
+The inputs are the recorded real outputs under tests/fixtures/ (sources in each folder's
+SOURCES.md): NCCL logs, nccl-tests output, iblinkinfo, ibstat, perfquery, ibnetdiscover.
+Each mutation replaces the k-th word of every line with one hostile value (an overlong
+number, a Unicode digit, NaN, a word where a number goes, ...), so every field of every
+format meets every value. The long-line cases repeat the literal pieces of each format's
+patterns 65,000 characters long behind prefixes that reach each branch: a backtracking
+regex there takes tens of seconds (a 64 KiB line once took 30 s in nccl-log), a linear
+one milliseconds; the deadline is a hang guard, not a speed goal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from slurmfabric.errors import SlurmfabricError
+from slurmfabric.fabric import parse as fabric_parse
+from slurmfabric.validate import nccl_log, nccl_tests
+
+pytestmark = pytest.mark.hostile
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+WORDS = ["9" * 5000, "²", "٣", "x", "-1", "nan", "inf", "1e999", "0x", "", "[", "'", '"', ":",
+         "\x00", "\u202e"]
+LONG = 65_000  # under the 64 KiB line cap of slurmfabric.inputfile.iter_log_lines
+PIECES = ["x", "9", " ", "\t", ":", "[0]", "[0] ", "a:1:", "h:1:2 ", " via ", ";", "0x1", "'",
+          "(", ")", "Gbps", ".", "NCCL INFO ", "# ", "=", '"', "[", "]", "CA: ", "X", "==(",
+          ")==>", "#", "/"]
+PREFIXES = ["", "NCCL INFO ", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] NCCL INFO NET/IB : Using ",
+            "h:1:2 [0] NCCL INFO Channel 00 : ", "h:1:2 [0] NCCL INFO Channel 00/02 :",
+            "h:1:2 [0] NCCL INFO GPU Direct RDMA Enabled for HCA 0 '",
+            "h:1:2 [0] NCCL INFO NCCL_X set by environment to ",
+            "h:1:2 [0] NCCL INFO Bootstrap : Using ", "h:1:2 [0] NCCL WARN ",
+            "# nThread ", "#  Out of bounds values : ", "[1,0]<stdout>:", "0: ", "#  Rank  0 ",
+            "CA: ", "Switch: 0x1 ", "   0x1  1  1[  ] ==( ", "# Port counters: Lid 1 port 1 ",
+            "CA '", "Port 1:", "switchguid=0x", 'Switch\t36 "', '[1]\t"', "     "]
+
+PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
+    "nccl-log": (lambda text: nccl_log.parse_log(text, "log"),
+                 ["nccl/*.log", "nccl/versions/*.log"]),
+    "nccl-tests": (nccl_tests.parse, ["nccl/nccl-tests-*.txt"]),
+    "iblinkinfo": (fabric_parse.parse_iblinkinfo, ["fabric/*iblinkinfo*.txt"]),
+    "ibstat": (fabric_parse.parse_ibstat, ["fabric/*ibstat*.txt"]),
+    "perfquery": (fabric_parse.parse_perfquery, ["fabric/*perfquery*.txt"]),
+    "ibnetdiscover": (fabric_parse.parse_ibnetdiscover,
+                      ["fabric/*ibnetdiscover*.txt", "fabric/*.net"]),
+}
+
+
+def _files(globs: list[str]) -> list[Path]:
+    found = sorted({p for pattern in globs for p in FIXTURES.glob(pattern)})
+    assert found, f"no fixtures for {globs}"
+    return found
+
+
+def _mutations(text: str) -> list[str]:
+    lines = text.splitlines()
+    widest = max(len(line.split()) for line in lines)
+    out = []
+    for k in range(widest):
+        for word in WORDS:
+            mutated = []
+            for line in lines:
+                words = line.split(" ")
+                if k < len(words):
+                    words[k] = word
+                mutated.append(" ".join(words))
+            out.append("\n".join(mutated) + "\n")
+    return out
+
+
+def _outcome(parser: Callable[[str], object], text: str) -> str | None:
+    """None when the parser read the text or refused it with our error; else the problem."""
+    try:
+        parser(text)
+    except SlurmfabricError:
+        return None
+    except Exception as error:  # noqa: BLE001 - what the test looks for
+        return f"{type(error).__name__}: {str(error)[:120]}"
+    return None
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_every_field_of_real_output_takes_every_hostile_value(name, hostile_report):
+    parser, globs = PARSERS[name]
+    problems, runs = [], 0
+    for path in _files(globs):
+        for text in _mutations(path.read_text(errors="replace")):
+            runs += 1
+            problem = _outcome(parser, text)
+            if problem:
+                problems.append(f"{path.name}: {problem}")
+    hostile_report(f"mutated {name} output: {runs} parses, {len(problems)} problems")
+    assert runs > 100
+    assert not problems, "\n".join(sorted(set(problems))[:20])
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_long_hostile_lines_are_read_in_linear_time(name, hostile_report):
+    parser, _ = PARSERS[name]
+    slow, problems, runs = [], [], 0
+    for prefix in PREFIXES:
+        for piece in PIECES:
+            for tail in ("", "x", " x", ":"):
+                line = prefix + piece * (LONG // len(piece)) + tail + "\n"
+                runs += 1
+                start = time.perf_counter()
+                problem = _outcome(parser, line)
+                took = time.perf_counter() - start
+                if took > 2.0:
+                    slow.append(f"{took:.1f} s: {prefix!r} + {piece!r} x {LONG // len(piece)}")
+                if problem:
+                    problems.append(f"{prefix!r} + {piece!r}: {problem}")
+    hostile_report(f"long {name} lines: {runs} parses of {LONG} characters, "
+                   f"{len(slow)} slow, {len(problems)} problems")
+    assert not slow, "\n".join(slow[:10])
+    assert not problems, "\n".join(problems[:10])
