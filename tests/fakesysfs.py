@@ -94,6 +94,11 @@ class Gpu:
     minor: int | None = None
     model: str = "NVIDIA H100 80GB HBM3"
     local_cpulist: str = ""
+    # "amd": vendor 0x1002 bound to amdgpu, with the DRM nodes amdgpu creates under the
+    # function (device/drm/card<N>, device/drm/renderD<128+N>: Documentation/gpu/amdgpu)
+    vendor: str = "nvidia"
+    pci_device: str = "0x2330"
+    pci_class: str = "0x030200"
 
 
 @dataclass
@@ -190,12 +195,18 @@ def build(node: Node, root: str | os.PathLike[str]) -> Path:
     for gpu in node.gpus:
         fn = tree.pci(
             gpu.pci,
-            vendor="0x10de",
-            device="0x2330",
-            pci_class="0x030200",
+            vendor="0x1002" if gpu.vendor == "amd" else "0x10de",
+            device=gpu.pci_device,
+            pci_class=gpu.pci_class,
             numa=gpu.numa,
             local_cpulist=gpu.local_cpulist,
         )
+        if gpu.vendor == "amd":
+            _link(sys_ / "bus/pci/drivers/amdgpu" / fn.name, fn)
+            if gpu.minor is not None:
+                (fn / "drm" / f"card{gpu.minor - 128}").mkdir(parents=True, exist_ok=True)
+                (fn / "drm" / f"renderD{gpu.minor}").mkdir(parents=True, exist_ok=True)
+            continue
         if node.driver:
             _link(sys_ / "bus/pci/drivers/nvidia" / fn.name, fn)
             info = [f"Model: \t\t {gpu.model}", "IRQ:   \t\t 100"]

@@ -87,9 +87,11 @@ def parse_nccl_version(value: object) -> tuple[int, ...] | None:
 
 def visible_gpus_from_env(env: dict[str, str]) -> list[str] | None:
     """Absolute GPU numbers for this step: SLURM_STEP_GPUS / SLURM_JOB_GPUS first (device
-    minors), then CUDA_VISIBLE_DEVICES (relative to the cgroup when Slurm constrains
-    devices, so only trusted when the Slurm variables are absent)."""
-    for key in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+    minors), then CUDA_VISIBLE_DEVICES or ROCm's ROCR_/HIP_VISIBLE_DEVICES (relative to
+    the cgroup when Slurm constrains devices, so only trusted when the Slurm variables are
+    absent)."""
+    for key in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES",
+                "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
         value = env.get(key)
         if value is not None and value.strip() not in ("", "NoDevFiles"):
             return [v for v in value.split(",") if v.strip()]
@@ -320,6 +322,18 @@ def _socket_ifname(plan: Plan, topo: Topology, master_addr: str, want: dict) -> 
         f"={iface}",
         f"{why}; exact name ('=') so 'eth' cannot match virbr0-like names",
     )
+    if plan.fabric == "tcp":
+        idle = [n.name for n in topo.netdevs if n.pci_address and n.name != iface
+                and n.operstate == "up" and n.master is None and n.type == 1]
+        if idle:
+            # GCP A3 High/Mega: 4 or 8 gVNICs beside the GPUs carry GPUDirect-TCPX/TCPXO,
+            # which only Google's net plugin drives (cloud.google.com/compute/docs/gpus/
+            # gpudirect); without it NCCL's sockets send everything through one NIC
+            plan.notes.append(
+                f"TCP on {iface} only: {len(idle)} more physical NICs are up "
+                f"({', '.join(idle)}) and carry no NCCL traffic; on a GPUDirect-TCPX/TCPXO "
+                "VM they need the cloud's NCCL net plugin"
+            )
 
 
 def _gdr_level(plan: Plan, topo: Topology, want: dict) -> None:
@@ -332,6 +346,12 @@ def _gdr_level(plan: Plan, topo: Topology, want: dict) -> None:
             "PHB",
             "every GPU's nearest rail NIC is PHB (through the CPU root complex); NCCL's default "
             "PXB (src/graph/paths.cc ncclTopoCheckGdr) would turn GPUDirect RDMA off",
+        )
+    elif dists and topo.cpuless_numa:
+        plan.notes.append(
+            "GPUs attached coherently (CPU-less NUMA GPU memory, e.g. Grace NVLink-C2C): "
+            "NCCL_NET_GDR_LEVEL not set; NCCL >= 2.22 takes GPUDirect RDMA through C2C "
+            "(NCCL_NET_GDR_C2C, NCCL's environment variables doc)"
         )
     elif dists and any(distance_rank(d) > 1 for d in dists):
         far = sorted(

@@ -46,7 +46,8 @@ def resolve_gpus(topo: Topology, visible: list[str] | None, warnings: list[str])
     """Map CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS entries to GPUs.
 
     Integers are device minors (Slurm's gres File=/dev/nvidiaN numbering) or, when the
-    minor is unknown, PCI-order indices; ``GPU-...`` strings are UUIDs; bus ids also work.
+    minor is unknown or an AMD render minor (File=/dev/dri/renderD128...), PCI-order
+    indices; ``GPU-...`` strings are UUIDs; bus ids also work.
     """
     if visible is None:
         return list(topo.gpus)
@@ -59,7 +60,9 @@ def resolve_gpus(topo: Topology, visible: list[str] | None, warnings: list[str])
         for gpu in topo.gpus:
             if entry.isdigit():
                 number = gpu.minor if gpu.minor is not None else gpu.index
-                if number == int(entry):
+                # an AMD GPU's minor is its render node (128 and up), which cannot be
+                # confused with a position: Slurm may give either
+                if int(entry) in (number, gpu.index if number >= 128 else -1):
                     found = gpu
             elif (gpu.uuid or "").lower().startswith(entry.lower()) or gpu.bus_id.endswith(
                 entry.lower()[-12:]

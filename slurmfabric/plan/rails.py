@@ -10,6 +10,7 @@ each with a reason.
 from __future__ import annotations
 
 from slurmfabric._record import Record
+from slurmfabric._sysfs import format_cpulist
 from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort, Topology, distance_rank
 
 TYPE_CHECKING = False  # no typing at run time
@@ -146,6 +147,13 @@ def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
                         "a storage/frontend NIC, not a rail"
                     )
             kept = near
+        elif kept and topo.cpuless_numa:
+            choice.notes.append(
+                f"GPU memory is CPU-less NUMA nodes "
+                f"{format_cpulist(list(topo.cpuless_numa))} (coherent "
+                "GPUs, e.g. Grace over NVLink-C2C): no NIC shares a PCIe switch with a GPU "
+                "by design, so every active port is a rail"
+            )
         elif kept:
             choice.warnings.append(
                 "no RDMA port is within PXB of a GPU (flat or virtualised PCIe?): "

@@ -1,6 +1,10 @@
-"""NVIDIA GPUs: PCI functions with vendor 0x10de and class 0x0302xx/0x0300xx, plus names,
-UUIDs and minor numbers from /proc/driver/nvidia or, when asked, NVML (nvidia-ml-py,
-imported lazily: it costs ~45 ms (python -X importtime) and needs the driver)."""
+"""GPUs: NVIDIA PCI functions (vendor 0x10de, class 0x0302xx/0x0300xx) with names, UUIDs
+and minor numbers from /proc/driver/nvidia or, when asked, NVML (nvidia-ml-py, imported
+lazily: it costs ~45 ms (python -X importtime) and needs the driver); and AMD Instinct
+functions bound to amdgpu (vendor 0x1002), numbered by their DRM render minor.
+
+RCCL reads the same NCCL_* variables as NCCL, so the plan is the same for both vendors;
+only the device numbering and the GPUDirect RDMA module differ."""
 
 from __future__ import annotations
 
@@ -9,7 +13,12 @@ from slurmfabric.topology._io import Reader
 from slurmfabric.topology.model import Gpu, PciDevice
 
 NVIDIA = "0x10de"
+AMD = "0x1002"
 GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (datacenter GPUs), VGA controller
+# amdgpu binds Instinct parts as display controller (0x0380: MI100, MI200) or processing
+# accelerator (0x1200: MI300 series; PCI Code and ID Assignment spec, base class 12h).
+AMD_CLASSES = ("0x0380", "0x1200", "0x0302", "0x0300")
+RENDER_MINOR_BASE = 128  # /dev/dri/renderD128 is the first render node (drm_drv.c)
 
 
 def _candidates(reader: Reader) -> list[str]:
@@ -76,6 +85,25 @@ def _nvml_info() -> dict[str, dict[str, object]] | None:
     return info
 
 
+def _amd_gpus(reader: Reader) -> list[Gpu]:
+    """Instinct GPUs bound to amdgpu, in PCI order, each numbered by its render node: Slurm's
+    gres File=/dev/dri/renderD<N> and ROCm's device order both follow it."""
+    gpus: list[Gpu] = []
+    for entry in sorted(e for e in reader.listdir("/sys/bus/pci/drivers/amdgpu") if ":" in e):
+        klass = (reader.text(f"/sys/bus/pci/devices/{entry}/class") or "").lower()
+        if not klass.startswith(AMD_CLASSES):
+            continue
+        device = pci.read_device(reader, f"/sys/bus/pci/devices/{entry}")
+        if device is None or device.vendor != AMD:
+            continue
+        minor = None
+        for name in reader.listdir(f"/sys/bus/pci/devices/{entry}/drm"):
+            if name.startswith("renderD") and name[7:].isdecimal():
+                minor = int(name[7:])
+        gpus.append(Gpu(index=len(gpus), pci=device, name="AMD Instinct", minor=minor))
+    return gpus
+
+
 def discover_gpus(reader: Reader, use_nvml: bool = False) -> tuple[tuple[Gpu, ...], str]:
     devices: list[PciDevice] = []
     for entry in _candidates(reader):
@@ -85,6 +113,10 @@ def discover_gpus(reader: Reader, use_nvml: bool = False) -> tuple[tuple[Gpu, ..
         device = pci.read_device(reader, f"/sys/bus/pci/devices/{entry}")
         if device is not None and device.vendor == NVIDIA:
             devices.append(device)
+    if not devices:
+        amd = _amd_gpus(reader)
+        if amd:
+            return tuple(amd), "sysfs"
     devices.sort(key=lambda d: d.address)
     nvml = _nvml_info() if use_nvml and devices else None
     gpus: list[Gpu] = []

@@ -244,6 +244,15 @@ class Topology(Record):
     def netdev(self, name: str) -> NetDev | None:
         return next((n for n in self.netdevs if n.name == name), None)
 
+    @property
+    def cpuless_numa(self) -> tuple[int, ...]:
+        """NUMA nodes without CPUs on a GPU node: GPU memory the CPU addresses coherently
+        (Grace: each GPU's HBM over NVLink-C2C, Documentation/mm/numa.rst "memory-only
+        nodes"); its GPUs reach NICs through the CPU, never a shared PCIe switch."""
+        if not self.gpus:
+            return ()
+        return tuple(n.id for n in self.numa if not n.cpus)
+
     def numa_cpus(self, node: int) -> tuple[int, ...]:
         return next((n.cpus for n in self.numa if n.id == node), ())
 

@@ -111,6 +111,12 @@ def discover_gdr(reader: Reader) -> GdrSupport:
     # module at all (NCCL's ncclIbDmaBufSupport): a peermem-only check fails healthy nodes.
     if driver and "Open Kernel Module" in driver and _kernel_at_least(release, 5, 12):
         return GdrSupport("dmabuf", f"open NVIDIA kernel module and kernel {release} (>= 5.12)")
+    if driver is None and reader.exists("/sys/module/amdgpu"):
+        # AMD: RCCL registers GPU memory through amdgpu's dma-buf exporter, which RDMA
+        # drivers import since Linux 5.12 (ib_umem_dmabuf_get, drivers/infiniband/core)
+        if _kernel_at_least(release, 5, 12):
+            return GdrSupport("dmabuf", f"amdgpu loaded and kernel {release} (>= 5.12)")
+        return GdrSupport("none", f"amdgpu with kernel {release}: dma-buf import needs >= 5.12")
     if driver is None:
         return GdrSupport("none", "no NVIDIA driver (/proc/driver/nvidia/version missing)")
     why = "proprietary kernel module" if "Open Kernel Module" not in driver else f"kernel {release}"

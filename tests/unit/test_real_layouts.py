@@ -10,7 +10,7 @@ import pytest
 import real_nodes
 
 from slurmfabric._sysfs import format_cpulist
-from slurmfabric.plan import make_plan
+from slurmfabric.plan import make_plan, visible_gpus_from_env
 from slurmfabric.topology import discover, nccl_topo
 
 HERE = Path(__file__).resolve().parents[1]
@@ -153,3 +153,69 @@ def test_the_topology_file_named_by_the_tasks_environment_is_used(tmp_path: Path
     plan = make_plan(topo, 8)
     assert [b.nic_distance for b in plan.bindings] == ["PIX"] * 8
     assert "nccl_topo_file" not in discover(root, environ={}).markers
+
+
+def test_oci_h100_sixteen_roce_rails_from_its_pcie_tree_frontends_out(tmp_path: Path) -> None:
+    """Before: no fixture had two RDMA functions of one card per GPU plus frontend mlx5
+    devices numbered among the rails (OCI's mlx5_2 and mlx5_11)."""
+    topo, plan = plan_for(tmp_path, real_nodes.oci_h100())
+    assert [g.bus_id[5:7] for g in topo.gpus] == ["0f", "2d", "44", "5b", "89", "a8", "c0", "d8"]
+    assert plan.fabric == "roce"
+    # the list OCI's /etc/nccl.conf writes as "=mlx5_0,1,3-10,12-17"
+    rails = [0, 1, *range(3, 11), *range(12, 18)]
+    assert plan.nccl_env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in rails)
+    assert plan.nccl_env["NCCL_IB_GID_INDEX"] == "3"  # OCI's configured value: RoCE v2 IPv4
+    assert plan.nccl_env["NCCL_SOCKET_IFNAME"] == "=eth0"
+    assert set(plan.rails.excluded) == {"mlx5_2:1", "mlx5_11:1"}
+    first_port = [0, 3, 5, 7, 9, 12, 14, 16]  # port 1 of each GPU's own card
+    cpus = [f"{14 * i}-{14 * i + 13},{112 + 14 * i}-{125 + 14 * i}" for i in range(8)]
+    assert bindings(plan) == [(i, f"mlx5_{first_port[i]}:1", "PIX", cpus[i], 0 if i < 4 else 1)
+                              for i in range(8)]
+    assert not plan.warnings
+
+
+def test_gcp_a3_high_is_tcp_and_names_the_idle_data_nics(tmp_path: Path) -> None:
+    """Before: a VM with no RDMA device but four GPU-side gVNICs got a TCP plan on eth0 with
+    no word about the NICs that would carry GPUDirect-TCPX."""
+    topo, plan = plan_for(tmp_path, real_nodes.gcp_a3_high())
+    assert plan.fabric == "tcp" and plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=eth0"}
+    assert not any(k.startswith("NCCL_IB") for k in plan.nccl_env)
+    assert any(n.startswith("TCP on eth0 only: 4 more physical NICs are up (eth1, eth2, eth3, "
+                            "eth4)") for n in plan.notes), plan.notes
+    assert [b[3:] for b in bindings(plan)][::3] == [("0-12,104-116", 0), ("39-51,143-155", 0),
+                                                    ("78-90,182-194", 1)]
+
+
+def test_gb200_binds_to_grace_cpus_and_memory_not_to_gpu_memory_nodes(tmp_path: Path) -> None:
+    """Before: CPU-less NUMA nodes (each GPU's HBM on Grace) were never in a fixture, and a
+    node whose NICs share no PCIe switch with a GPU by design was warned as 'virtualised'."""
+    topo, plan = plan_for(tmp_path, real_nodes.gb200_tray())
+    assert topo.cpuless_numa == tuple(range(2, 34))
+    assert [g.bus_id for g in topo.gpus] == ["0008:01:00.0", "0009:01:00.0", "0018:01:00.0",
+                                             "0019:01:00.0"]
+    assert plan.fabric == "ib"
+    assert plan.nccl_env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_4:1,mlx5_5:1"
+    assert bindings(plan) == [(0, "mlx5_0:1", "NODE", "0-35", 0),
+                              (1, "mlx5_1:1", "NODE", "36-71", 0),
+                              (2, "mlx5_4:1", "NODE", "72-107", 1),
+                              (3, "mlx5_5:1", "NODE", "108-143", 1)]
+    assert not plan.warnings, plan.warnings
+    assert any("CPU-less NUMA nodes 2-33" in n for n in plan.notes)
+
+
+def test_mi300x_gpus_found_by_amdgpu_and_bound_across_interleaved_numa(tmp_path: Path) -> None:
+    """Before: AMD GPUs were not discovered at all (NVIDIA vendor only), and no fixture had
+    NUMA nodes whose CPUs interleave (even CPUs on node 0, odd on node 1)."""
+    topo, plan = plan_for(tmp_path, real_nodes.dell_mi300x())
+    assert [g.bus_id[5:7] for g in topo.gpus] == ["1b", "3d", "4e", "5f", "9d", "bd", "cd", "dd"]
+    assert [g.minor for g in topo.gpus] == list(range(128, 136))  # /dev/dri/renderD128..
+    assert topo.gdr.mode == "dmabuf" and "amdgpu" in topo.gdr.evidence
+    b = bindings(plan)
+    assert b[0][3:] == ("0,2,4,6,8,10,12,14,64,66,68,70,72,74,76,78", 0)
+    assert b[4][3:] == ("1,3,5,7,9,11,13,15,65,67,69,71,73,75,77,79", 1)
+    # Slurm's gres numbering (render minors or positions) and ROCm's variable both resolve
+    for env in ({"SLURM_STEP_GPUS": "130,131"}, {"SLURM_STEP_GPUS": "2,3"},
+                {"ROCR_VISIBLE_DEVICES": "2,3"}):
+        visible = visible_gpus_from_env(env)
+        step = make_plan(topo, 2, master_addr="10.0.0.1", visible_gpus=visible)
+        assert [x.gpu.bus_id[5:7] for x in step.bindings] == ["4e", "5f"], env
