@@ -219,3 +219,65 @@ def test_mi300x_gpus_found_by_amdgpu_and_bound_across_interleaved_numa(tmp_path:
         visible = visible_gpus_from_env(env)
         step = make_plan(topo, 2, master_addr="10.0.0.1", visible_gpus=visible)
         assert [x.gpu.bus_id[5:7] for x in step.bindings] == ["4e", "5f"], env
+
+
+def test_aws_p4d_two_gpus_share_each_efa_of_their_switch(tmp_path: Path) -> None:
+    """Before: only p5 (4 EFA per GPU) was a fixture; on p4d two GPUs share one EFA."""
+    _, plan = plan_for(tmp_path, real_nodes.aws_p4d())
+    assert plan.fabric == "efa"
+    assert plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=ens32", "FI_PROVIDER": "efa"}
+    # rdmap16s27 is the name the real p4d NCCL log prints for the EFA at 10:1b.0
+    efa = ["rdmap16s27:1", "rdmap32s27:1", "rdmap144s27:1", "rdmap160s27:1"]
+    assert [b[1:3] for b in bindings(plan)] == [(efa[i // 2], "PIX") for i in range(8)]
+    assert [b[4] for b in bindings(plan)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert not plan.warnings
+
+
+def test_udev_renamed_rdma_devices_are_rails_by_their_new_names(tmp_path: Path) -> None:
+    """rdma-core's persistent names (rocep1s0f1, roceP2p1s0f1 in PCI domain 2): the plan
+    names them exactly and leaves the down ports out."""
+    _, plan = plan_for(tmp_path, real_nodes.renamed_cx7())
+    assert plan.fabric == "roce"
+    assert plan.nccl_env["NCCL_IB_HCA"] == "=roceP2p1s0f1:1,rocep1s0f1:1"
+    assert plan.nccl_env["NCCL_IB_GID_INDEX"] == "3"
+    assert plan.rails.excluded == {"roceP2p1s0f0:1": "port state DOWN",
+                                   "rocep1s0f0:1": "port state DOWN"}
+
+
+def test_nccl_topology_xml_for_oci_h100_groups_like_oracles_file(tmp_path: Path) -> None:
+    """Our XML for the node built from OCI's tree puts each GPU with its card's functions,
+    as OCI's published file does (its switch-level grouping, NUMA by NUMA)."""
+    published = nccl_topo.bridges((REAL / "oci" / "oci-hpc_H100-topology.xml").read_text())
+    topo, _ = plan_for(tmp_path, real_nodes.oci_h100())
+    ours = nccl_topo.bridges(nccl_topo.to_xml(topo))
+    gpu_numa = {g.bus_id: g.numa_node for g in topo.gpus}
+    for gpu in topo.gpus:
+        assert published[gpu.bus_id][1] == ours[gpu.bus_id][1] == gpu_numa[gpu.bus_id]
+    # the GPU and NIC cards under each top bridge: one GPU with one card, in both files
+    devices = {g.bus_id for g in topo.gpus} | {d.pci.address[:10] for d in topo.rdma}
+
+    def groups(table: dict) -> list[list[str]]:
+        found: dict = {}
+        for busid, (bridge, _numa) in table.items():
+            if busid in devices or busid[:10] in devices:
+                found.setdefault(bridge, set()).add(busid[:10])
+        return sorted(sorted(g) for g in found.values() if len(g) > 1)
+
+    assert groups(ours) == groups(published)
+    assert len(groups(published)) == 8 and all(len(g) == 2 for g in groups(published))
+
+
+@pytest.mark.parametrize("name", sorted(real_nodes.REAL_NODES))
+def test_every_real_node_survives_a_snapshot_and_writes_wellformed_xml(tmp_path: Path,
+                                                                        name: str) -> None:
+    import xml.etree.ElementTree as ET
+
+    from slurmfabric.topology import snapshot
+
+    topo, plan = plan_for(tmp_path, real_nodes.REAL_NODES[name]())
+    again = snapshot.from_dict(snapshot.to_dict(topo))
+    replan = make_plan(again, len(again.gpus), master_addr="10.0.0.1")
+    assert (replan.nccl_env, bindings(replan)) == (plan.nccl_env, bindings(plan))
+    root = ET.fromstring(nccl_topo.to_xml(topo))
+    listed = {p.get("busid") for p in root.iter("pci")}
+    assert {g.bus_id for g in topo.gpus} <= listed
