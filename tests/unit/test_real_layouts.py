@@ -281,3 +281,18 @@ def test_every_real_node_survives_a_snapshot_and_writes_wellformed_xml(tmp_path:
     root = ET.fromstring(nccl_topo.to_xml(topo))
     listed = {p.get("busid") for p in root.iter("pci")}
     assert {g.bus_id for g in topo.gpus} <= listed
+
+
+def test_azure_ndv4_four_numa_nodes_pairs_from_its_topology_file(tmp_path: Path) -> None:
+    """Before: ND A100 v4 was only a parsed XML, never a node: 4 NUMA nodes of 24 vCPUs and
+    two GPUs with two NICs under each synthetic bridge of the file (the pairing a 2023 fix in
+    Azure's file swapped between NUMA 0 and 1, see azure/SOURCES.md)."""
+    topo, plan = plan_for(tmp_path, real_nodes.azure_ndv4())
+    assert [g.numa_node for g in topo.gpus] == [1, 1, 0, 0, 3, 3, 2, 2]
+    assert plan.fabric == "ib"
+    assert plan.nccl_env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_ib{i}:1" for i in range(8))
+    cpus = ["24-35", "36-47", "0-11", "12-23", "72-83", "84-95", "48-59", "60-71"]
+    assert bindings(plan) == [(i, f"mlx5_ib{i}:1", "PIX", cpus[i], [1, 1, 0, 0, 3, 3, 2, 2][i])
+                              for i in range(8)]
+    assert any("/opt/microsoft/ndv4/topo.xml (set in /etc/nccl.conf)" in n for n in plan.notes)
+    assert not plan.warnings
