@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from slurmfabric.validate.pairs import round_robin
-from slurmfabric.validate.pairs_report import PairResult, analyze, check_execution
+from slurmfabric.pairsweep.plan import round_robin
+from slurmfabric.pairsweep.report import PairResult, analyze, check_execution
 
 
 def case(n: int) -> float:

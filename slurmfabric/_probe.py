@@ -1,7 +1,7 @@
 """Run one external command in its own process group with a deadline.
 
 Shared by the prolog/epilog probes (``health.probe``: nvidia-smi, site commands) and the
-InfiniBand tools (``fabric.runner``: iblinkinfo, perfquery, ...). Both can hang: nvidia-smi
+InfiniBand tools (``ibaudit.runner``: iblinkinfo, perfquery, ...). Both can hang: nvidia-smi
 on a wedged GPU, a MAD query on a dead port or subnet manager. The command gets its own
 session, so on timeout the whole group (grandchildren included) is killed with SIGKILL.
 

@@ -25,9 +25,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nccl-log": ("nccl_log", "check NCCL_DEBUG=INFO logs for socket fallback, GDR, errors"),
     "nccl-tests": ("nccl_tests", "parse nccl-tests output and compare with the fabric"),
     "pairs": ("pairs", "node-pair bandwidth sweep: submit and report the slow node"),
-    "fabric": ("fabric", "InfiniBand fabric audit with infiniband-diags"),
+    "ib": ("ib", "InfiniBand fabric audit with infiniband-diags (audit, links)"),
     "testbed": ("testbed", "start/stop a local multi-node Slurm cluster for tests and demos"),
 }
+
+# Commands that changed name: the old name gets exit 2 and the new one, never a guess.
+RENAMED = {"fabric": "ib"}
 
 
 def _usage() -> str:
@@ -63,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = args[0]
     entry = COMMANDS.get(name)
+    if entry is None and name in RENAMED:
+        import shlex
+
+        again = shlex.join(["slurmfabric", RENAMED[name], *args[1:]])
+        print(f"slurmfabric: error: command {name!r} is now {RENAMED[name]!r}; run: {again}",
+              file=sys.stderr)
+        return 2
     if entry is None:
         print(
             f"slurmfabric: error: unknown command {name!r}; "

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from slurmfabric.errors import UsageError
-from slurmfabric.validate.nccl_log import LogReport, merge, parse_log
+from slurmfabric.nccllog import LogReport, merge, parse_log
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import sys
 
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
-from slurmfabric.validate.nccl_tests import (
+from slurmfabric.nccltests import (
     TestRun,
     discover_rates,
     expected_busbw,

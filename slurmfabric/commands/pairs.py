@@ -68,7 +68,7 @@ def _nodes(expr: str) -> list[str]:
 
 
 def _plan(args: argparse.Namespace):
-    from slurmfabric.validate.pairs import (
+    from slurmfabric.pairsweep.plan import (
         DEFAULT_COMMAND,
         SweepPlan,
         parse_pairs,
@@ -96,7 +96,7 @@ def _plan(args: argparse.Namespace):
 
 def _submit(args: argparse.Namespace) -> int:
     from slurmfabric import submit
-    from slurmfabric.validate.pairs import render_script, write_plan
+    from slurmfabric.pairsweep.plan import render_script, write_plan
 
     plan = _plan(args)
     if args.burn_in:
@@ -178,8 +178,8 @@ def _gate(args, analysis) -> list[str]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from slurmfabric.validate.heatmap import render_svg
-    from slurmfabric.validate.pairs_report import (
+    from slurmfabric.pairsweep.heatmap import render_svg
+    from slurmfabric.pairsweep.report import (
         analyze,
         check_execution,
         load_results,
@@ -233,7 +233,7 @@ def main(argv: list[str]) -> int:
         return _submit(args)
     if args.action == "report":
         return _report(args)
-    from slurmfabric.validate.pairs import round_robin
+    from slurmfabric.pairsweep.plan import round_robin
 
     for i, rnd in enumerate(round_robin(_nodes(args.nodes)), 1):
         print(f"round {i:2d}: " + "  ".join(f"{a}+{b}" for a, b in rnd))

@@ -61,7 +61,7 @@ DEFERRED = "deferred"  # slurmctld unreachable: reason kept in the local state f
 @dataclass(frozen=True)
 class DrainPolicy:
     """How this site drains and resumes: built once from the site config's ``[runner]``
-    (``from_site``) and passed to the hooks, ``health resume``, ``fabric audit --drain``
+    (``from_site``) and passed to the hooks, ``health resume``, ``ib audit --drain``
     and ``pairs report/submit``; the defaults are the site config's own."""
 
     enabled: bool = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from slurmfabric._record import Record
 from slurmfabric.plan import contract
-from slurmfabric.plan.bind import RankBinding, plan_bindings
+from slurmfabric.plan.placement import RankBinding, place_ranks
 from slurmfabric.plan.rails import RailChoice, choose_rails, gid_index
 from slurmfabric.topology.model import Topology, distance_rank
 from slurmfabric.topology.net import parse_ipv4, route_to
@@ -205,7 +205,7 @@ def make_plan(
     nic_ports = choice.rails
     if plan.fabric == "efa":
         nic_ports = [p for d in topo.rdma if d.is_efa for p in d.ports if p.state == "ACTIVE"]
-    plan.bindings = plan_bindings(
+    plan.bindings = place_ranks(
         topo, local_world_size, nic_ports, allowed, visible_gpus, plan.warnings
     )
     if plan.fabric in ("ib", "roce") and plan.fabric_type != "tcp":

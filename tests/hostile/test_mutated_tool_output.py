@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from slurmfabric import nccllog as nccl_log
+from slurmfabric import nccltests as nccl_tests
 from slurmfabric.errors import SlurmfabricError
-from slurmfabric.fabric import parse as fabric_parse
-from slurmfabric.validate import nccl_log, nccl_tests
+from slurmfabric.ibaudit import parse as fabric_parse
 
 pytestmark = pytest.mark.hostile
 

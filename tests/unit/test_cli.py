@@ -35,6 +35,16 @@ def test_unknown_command_exits_2_with_choices():
     assert "Traceback" not in proc.stderr
 
 
+def test_renamed_command_names_its_new_name_and_runs_nothing():
+    proc = run_cli("fabric", "audit", "--input", "a b")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "slurmfabric: error: command 'fabric' is now 'ib'; run: slurmfabric ib audit --input 'a b'"
+    )
+    assert set(cli.RENAMED.values()) <= set(cli.COMMANDS)
+    assert not set(cli.RENAMED) & set(cli.COMMANDS)
+
+
 def test_no_arguments_prints_usage_and_exits_2():
     proc = run_cli()
     assert proc.returncode == 2

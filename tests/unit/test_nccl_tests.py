@@ -8,13 +8,13 @@ import nodes
 import pytest
 
 from slurmfabric.commands import nccl_tests as cmd
-from slurmfabric.topology.rdma import parse_rate
-from slurmfabric.validate.nccl_tests import (
+from slurmfabric.nccltests import (
     discover_rates,
     expected_busbw,
     judge,
     parse,
 )
+from slurmfabric.topology.rdma import parse_rate
 
 HERE = Path(__file__).resolve().parents[1]
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from slurmfabric.commands import pairs as cmd
 from slurmfabric.errors import UsageError
-from slurmfabric.validate.heatmap import render_svg
-from slurmfabric.validate.nccl_tests import parse
-from slurmfabric.validate.pairs import (
+from slurmfabric.nccltests import parse
+from slurmfabric.pairsweep.heatmap import render_svg
+from slurmfabric.pairsweep.plan import (
     SweepPlan,
     pair_base,
     parse_pairs,
@@ -24,7 +24,7 @@ from slurmfabric.validate.pairs import (
     schedule_pairs,
     write_plan,
 )
-from slurmfabric.validate.pairs_report import analyze, check_execution, load_results, matrix
+from slurmfabric.pairsweep.report import analyze, check_execution, load_results, matrix
 
 NODES4 = ["sfn1", "sfn2", "sfn3", "sfn4"]
 
@@ -228,7 +228,7 @@ def test_sweep_script_matches_its_golden_file_and_passes_shellcheck(tmp_path) ->
     import subprocess
 
     from slurmfabric import __version__
-    from slurmfabric.validate.pairs import SweepPlan, render_script, round_robin
+    from slurmfabric.pairsweep.plan import SweepPlan, render_script, round_robin
 
     golden = Path(__file__).resolve().parents[1] / "golden" / "pairs.sh"
     nodes = ["sfn1", "sfn2", "sfn3", "sfn4"]

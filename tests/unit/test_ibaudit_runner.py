@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmfabric.errors import TopologyError
-from slurmfabric.fabric import runner
+from slurmfabric.ibaudit import runner
 
 FIX = Path(__file__).parent.parent / "fixtures" / "fabric"
 

@@ -5,7 +5,7 @@ every call runs in its own process group with a deadline and is killed as a grou
 deadline passes (``slurmfabric._probe``, shared with the health probes). Paths and extra
 arguments are configurable because sites install the tools under /usr/sbin,
 /opt/mellanox/... or wrap them (and the simulated fabric in the tests needs
-``LD_PRELOAD``). Parsing lives in :mod:`slurmfabric.fabric.parse`.
+``LD_PRELOAD``). Parsing lives in :mod:`slurmfabric.ibaudit.parse`.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def collect_link_counters(
     A port whose query fails is reported (the audit still runs on the rest): on a big fabric
     one unreachable port must not hide every other finding.
     """
-    from slurmfabric.fabric.parse import merge_counters, parse_perfquery
+    from slurmfabric.ibaudit.parse import merge_counters, parse_perfquery
 
     wanted: dict[tuple[int, int], str] = {}
     for link in links:

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
-from slurmfabric.fabric.names import NodeNamer
-from slurmfabric.fabric.parse import PortLink, TopoLink, lane_count, link_rate
+from slurmfabric.ibaudit.names import NodeNamer
+from slurmfabric.ibaudit.parse import PortLink, TopoLink, lane_count, link_rate
 
 SEVERITIES = ("critical", "error", "warning")
 
@@ -299,7 +299,7 @@ def _counter_finding(
 def format_table(findings: list[Finding]) -> str:
     """A fixed-width table, worst first; the empty audit says so in one line."""
     if not findings:
-        return "fabric audit: no problems found"
+        return "ib audit: no problems found"
     rows = [("SEVERITY", "NODE", "CHECK", "WHERE", "DETAIL")]
     rows += [(f.severity, f.node or "-", f.check, f.where, f.detail) for f in findings]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]

@@ -2,7 +2,7 @@
 
 ``runner`` runs the tools (with deadlines), ``parse`` turns their text into values,
 ``names`` maps HCAs to Slurm node names, ``audit`` turns links and counters into findings,
-``metrics`` writes Prometheus textfile metrics. The CLI is ``slurmfabric fabric``.
+``metrics`` writes Prometheus textfile metrics. The CLI is ``slurmfabric ib``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prometheus textfile metrics for a fabric audit (node_exporter textfile collector).
+"""Prometheus textfile metrics for an ib audit (node_exporter textfile collector).
 
 The file is written to a temporary name in the same directory and renamed, because the
 collector may read it at any moment and must never see half a file.
@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from slurmfabric.fabric.audit import SEVERITIES, Finding, Link
+from slurmfabric.ibaudit.audit import SEVERITIES, Finding, Link
 
 _PREFIX = "slurmfabric_fabric"
 

@@ -1,7 +1,7 @@
-"""``slurmfabric fabric``: audit the InfiniBand fabric and show its link table.
+"""``slurmfabric ib``: audit the InfiniBand fabric and show its link table.
 
-    slurmfabric fabric audit [--json] [--prom FILE] [--baseline FILE] [--save FILE] ...
-    slurmfabric fabric links [--node NAME] [--local] [--json] [--input FILE]
+    slurmfabric ib audit [--json] [--prom FILE] [--baseline FILE] [--save FILE] ...
+    slurmfabric ib links [--node NAME] [--local] [--json] [--input FILE]
 
 Exit status of ``audit``: 0 when nothing was found, 1 when there are findings, 2 on usage
 errors. The tools (iblinkinfo, perfquery, ibstat) are taken from PATH, from
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
-from slurmfabric.fabric import audit as fa
-from slurmfabric.fabric import names, parse, runner
+from slurmfabric.ibaudit import audit as fa
+from slurmfabric.ibaudit import names, parse, runner
 from slurmfabric.textcheck import split_args
 
 
@@ -56,7 +56,7 @@ def _tools(args: argparse.Namespace) -> runner.Tools:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="slurmfabric fabric", description="InfiniBand fabric audit with infiniband-diags"
+        prog="slurmfabric ib", description="InfiniBand fabric audit with infiniband-diags"
     )
     sub = parser.add_subparsers(dest="action", required=True)
 
@@ -138,7 +138,7 @@ def _links(args: argparse.Namespace) -> int:
         links = [link for link in links if link.node == args.node]
         if not links:
             raise UsageError(f"no up link of node {args.node!r} in the fabric",
-                             hint="check the name with 'slurmfabric fabric links'")
+                             hint="check the name with 'slurmfabric ib links'")
     if args.json:
         print(json.dumps([link.to_dict() for link in links], indent=2))
     else:
@@ -178,7 +178,7 @@ def _load_baseline(path: str) -> dict[str, object]:
     data = read_json(path, "baseline")
     if not isinstance(data, dict) or not isinstance(data.get("links"), list) or not all(
             isinstance(link, dict) for link in data["links"]):
-        raise UsageError(f"baseline {path} has no 'links'; was it written by 'fabric audit'?")
+        raise UsageError(f"baseline {path} has no 'links'; was it written by 'ib audit'?")
     return data
 
 
@@ -230,7 +230,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.save:
         Path(args.save).write_text(json.dumps(document, indent=2) + "\n")
     if args.prom:
-        from slurmfabric.fabric import metrics
+        from slurmfabric.ibaudit import metrics
 
         metrics.write_textfile(args.prom, metrics.render(links, counters, findings, now))
     if args.json:

@@ -15,8 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmfabric.validate.nccl_tests import parse as parse_nccl_tests
-from slurmfabric.validate.pairs import Pair, pair_base, read_plan
+from slurmfabric.nccltests import parse as parse_nccl_tests
+from slurmfabric.pairsweep.plan import Pair, pair_base, read_plan
 
 
 @dataclass

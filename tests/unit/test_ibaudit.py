@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric.commands import fabric as cmd
+from slurmfabric.commands import ib as cmd
 from slurmfabric.errors import UsageError
-from slurmfabric.fabric import audit as fa
-from slurmfabric.fabric import metrics, names, parse
+from slurmfabric.ibaudit import audit as fa
+from slurmfabric.ibaudit import metrics, names, parse
 
 FIX = Path(__file__).parent.parent / "fixtures" / "fabric"
 NAMER = names.NodeNamer()
@@ -38,7 +38,7 @@ def test_healthy_fabric_has_no_findings() -> None:
     assert len(expected) == 12
     counters = {link.a.key: {"SymbolErrorCounter": 0} for link in links}
     assert fa.audit(links, counters, expected=expected, expect_nodes=["sfn01", "sfn08"]) == []
-    assert fa.format_table([]) == "fabric audit: no problems found"
+    assert fa.format_table([]) == "ib audit: no problems found"
 
 
 def test_faulty_fabric_findings_name_the_nodes() -> None:

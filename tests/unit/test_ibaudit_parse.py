@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from slurmfabric.errors import TopologyError
-from slurmfabric.fabric import parse
+from slurmfabric.ibaudit import parse
 
 FIX = Path(__file__).parent.parent / "fixtures" / "fabric"
 

@@ -1,4 +1,4 @@
-"""``slurmfabric fabric audit`` with the real infiniband-diags tools on a simulated fabric.
+"""``slurmfabric ib audit`` with the real infiniband-diags tools on a simulated fabric.
 
 A 2-spine/2-leaf fat tree with 8 HCAs (tests/fixtures/fabric/fattree.net) runs in ibsim;
 opensm --once under libumad2sim gives LIDs so perfquery works. The healthy fabric must give
@@ -66,7 +66,7 @@ def faulty(tmp_path: Path) -> Iterator[fabric_sim.SimFabric]:
 
 def audit(sim: fabric_sim.SimFabric, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "slurmfabric", "fabric", "audit", *args],
+        [sys.executable, "-m", "slurmfabric", "ib", "audit", *args],
         capture_output=True,
         text=True,
         cwd=sim.workdir,
@@ -82,7 +82,7 @@ def test_healthy_fabric_reports_nothing(healthy: fabric_sim.SimFabric, tmp_path:
     result = audit(healthy, "--save", str(save), "--prom", str(prom), "--threshold",
                    "LinkDownedCounter=0", "--expect-nodes", nodes)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == "fabric audit: no problems found"
+    assert result.stdout.strip() == "ib audit: no problems found"
     doc = json.loads(save.read_text())
     assert len(doc["links"]) == 12
     assert sorted(link["node"] for link in doc["links"] if link["node"]) == [
@@ -134,7 +134,7 @@ def test_injected_faults_are_exactly_the_findings(
 
 def test_links_for_one_node_and_local_ibstat(healthy: fabric_sim.SimFabric) -> None:
     env = {**os.environ, **healthy.env}
-    run = [sys.executable, "-m", "slurmfabric", "fabric", "links"]
+    run = [sys.executable, "-m", "slurmfabric", "ib", "links"]
     one = subprocess.run([*run, "--node", "sfn04"], capture_output=True, text=True,
                          env=env, cwd=healthy.workdir, timeout=60)
     assert one.returncode == 0, one.stderr

@@ -99,7 +99,7 @@ def _split_by_core(
     return chunks
 
 
-def plan_bindings(
+def place_ranks(
     topo: Topology,
     local_world_size: int,
     rails: list[RdmaPort],
