@@ -2,7 +2,7 @@
 ``ibnetdiscover``.
 
 Each takes the text a tool printed and returns frozen values; nothing here runs a tool, so
-every parser is tested on recorded output (tests/fixtures/fabric/). Lines a parser does not
+every parser is tested on recorded output (tests/fixtures/ib/). Lines a parser does not
 recognise are skipped (the tools interleave ``ibwarn:`` lines on stderr and, under some
 setups, on stdout), but a text that yields nothing where something was expected raises
 :class:`~slurmfabric.errors.TopologyError` quoting the start of the raw output.

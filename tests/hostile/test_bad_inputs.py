@@ -108,7 +108,7 @@ ARGUMENTS = [
     ["env", "--port-range", "99999-1"],
     ["launch", "--mode", "bogus", "--", "true"],
 ]
-GOOD_LINKS = (Path(__file__).resolve().parents[1] / "fixtures" / "fabric")
+GOOD_LINKS = (Path(__file__).resolve().parents[1] / "fixtures" / "ib")
 
 
 def _limits() -> None:

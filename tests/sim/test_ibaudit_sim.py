@@ -1,11 +1,11 @@
 """``slurmfabric ib audit`` with the real infiniband-diags tools on a simulated fabric.
 
-A 2-spine/2-leaf fat tree with 8 HCAs (tests/fixtures/fabric/fattree.net) runs in ibsim;
+A 2-spine/2-leaf fat tree with 8 HCAs (tests/fixtures/ib/fattree.net) runs in ibsim;
 opensm --once under libumad2sim gives LIDs so perfquery works. The healthy fabric must give
 no findings; then sfn02's cable is limited to 4X, sfn03's port is unlinked and sfn05's
 port gets symbol errors and link-downed counts, and the audit must report exactly those
 three problems on those nodes. These tests fail (never skip) when the simulator packages
-are missing: CI installs them (see tests/fabric_sim.py PACKAGES).
+are missing: CI installs them (see tests/ib_sim.py PACKAGES).
 """
 
 from __future__ import annotations
@@ -17,28 +17,28 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import fabric_sim
+import ib_sim
 import pytest
 
 pytestmark = pytest.mark.sim
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-NET = ROOT / "tests" / "fixtures" / "fabric" / "fattree.net"
+NET = ROOT / "tests" / "fixtures" / "ib" / "fattree.net"
 
 
 def require_simulator() -> None:
-    missing = fabric_sim.missing_requirements()
+    missing = ib_sim.missing_requirements()
     if missing:
         pytest.fail(
             f"simulated-fabric tests need {', '.join(missing)}: "
-            f"apt-get install -y {' '.join(fabric_sim.PACKAGES)}",
+            f"apt-get install -y {' '.join(ib_sim.PACKAGES)}",
             pytrace=False,
         )
 
 
-def start(workdir: Path, net_text: str) -> fabric_sim.SimFabric:
+def start(workdir: Path, net_text: str) -> ib_sim.SimFabric:
     require_simulator()
-    sim = fabric_sim.SimFabric(workdir, net_text)
+    sim = ib_sim.SimFabric(workdir, net_text)
     try:
         sim.start()
         sim.opensm_once()
@@ -49,22 +49,22 @@ def start(workdir: Path, net_text: str) -> fabric_sim.SimFabric:
 
 
 @pytest.fixture
-def healthy(tmp_path: Path) -> Iterator[fabric_sim.SimFabric]:
+def healthy(tmp_path: Path) -> Iterator[ib_sim.SimFabric]:
     sim = start(tmp_path / "healthy", NET.read_text())
     yield sim
     sim.stop()
 
 
 @pytest.fixture
-def faulty(tmp_path: Path) -> Iterator[fabric_sim.SimFabric]:
+def faulty(tmp_path: Path) -> Iterator[ib_sim.SimFabric]:
     # ibsim has no console command for width: limit the sfn02 <-> leaf1/2 cable in the net file.
-    net = fabric_sim.degrade(NET.read_text(), "sfn02", 1, "leaf1", 2, "w=2")
+    net = ib_sim.degrade(NET.read_text(), "sfn02", 1, "leaf1", 2, "w=2")
     sim = start(tmp_path / "faulty", net)
     yield sim
     sim.stop()
 
 
-def audit(sim: fabric_sim.SimFabric, *args: str) -> subprocess.CompletedProcess[str]:
+def audit(sim: ib_sim.SimFabric, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "slurmfabric", "ib", "audit", *args],
         capture_output=True,
@@ -75,7 +75,7 @@ def audit(sim: fabric_sim.SimFabric, *args: str) -> subprocess.CompletedProcess[
     )
 
 
-def test_healthy_fabric_reports_nothing(healthy: fabric_sim.SimFabric, tmp_path: Path) -> None:
+def test_healthy_fabric_reports_nothing(healthy: ib_sim.SimFabric, tmp_path: Path) -> None:
     save = tmp_path / "baseline.json"
     prom = tmp_path / "fabric.prom"
     nodes = ",".join(f"sfn0{i}" for i in range(1, 9))
@@ -95,7 +95,7 @@ def test_healthy_fabric_reports_nothing(healthy: fabric_sim.SimFabric, tmp_path:
 
 
 def test_injected_faults_are_exactly_the_findings(
-    healthy: fabric_sim.SimFabric, faulty: fabric_sim.SimFabric, tmp_path: Path
+    healthy: ib_sim.SimFabric, faulty: ib_sim.SimFabric, tmp_path: Path
 ) -> None:
     baseline = tmp_path / "baseline.json"
     assert audit(healthy, "--save", str(baseline)).returncode == 0
@@ -132,7 +132,7 @@ def test_injected_faults_are_exactly_the_findings(
     assert [line.split()[1] for line in lines[1:]] == ["sfn03", "sfn02", "sfn05"]
 
 
-def test_links_for_one_node_and_local_ibstat(healthy: fabric_sim.SimFabric) -> None:
+def test_links_for_one_node_and_local_ibstat(healthy: ib_sim.SimFabric) -> None:
     env = {**os.environ, **healthy.env}
     run = [sys.executable, "-m", "slurmfabric", "ib", "links"]
     one = subprocess.run([*run, "--node", "sfn04"], capture_output=True, text=True,

@@ -12,7 +12,7 @@ from slurmfabric.errors import UsageError
 from slurmfabric.ibaudit import audit as fa
 from slurmfabric.ibaudit import metrics, names, parse
 
-FIX = Path(__file__).parent.parent / "fixtures" / "fabric"
+FIX = Path(__file__).parent.parent / "fixtures" / "ib"
 NAMER = names.NodeNamer()
 
 

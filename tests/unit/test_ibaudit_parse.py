@@ -9,7 +9,7 @@ import pytest
 from slurmfabric.errors import TopologyError
 from slurmfabric.ibaudit import parse
 
-FIX = Path(__file__).parent.parent / "fixtures" / "fabric"
+FIX = Path(__file__).parent.parent / "fixtures" / "ib"
 
 
 def read(name: str) -> str:

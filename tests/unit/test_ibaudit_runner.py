@@ -11,7 +11,7 @@ import pytest
 from slurmfabric.errors import TopologyError
 from slurmfabric.ibaudit import runner
 
-FIX = Path(__file__).parent.parent / "fixtures" / "fabric"
+FIX = Path(__file__).parent.parent / "fixtures" / "ib"
 
 
 def script(tmp_path: Path, name: str, body: str) -> str:

@@ -195,5 +195,5 @@ class SimFabric:
         try:
             proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
-            print(f"fabric_sim: ibsim pid {proc.pid} did not exit", file=sys.stderr)
+            print(f"ib_sim: ibsim pid {proc.pid} did not exit", file=sys.stderr)
         self.proc = None
