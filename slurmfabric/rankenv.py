@@ -472,7 +472,16 @@ def _gpus_on_node(env: Mapping[str, str]) -> int:
 
 
 def _worker(env: Mapping[str, str], policy: str, port_range: tuple[int, int]) -> RankEnv:
-    """Under torchrun: its RANK/LOCAL_RANK/... are authoritative; we only read them."""
+    """Under torchrun: its RANK/LOCAL_RANK/... are authoritative; we only read them.
+
+    torchrun's agent exports GROUP_WORLD_SIZE (the node count of this rendezvous round); a
+    process that lacks it counts nodes as torchrun does, nproc_per_node on every node.
+    """
+    world_size, local_world = _int(env, "WORLD_SIZE"), _int(env, "LOCAL_WORLD_SIZE")
+    if env.get("GROUP_WORLD_SIZE"):
+        nnodes = _int(env, "GROUP_WORLD_SIZE")
+    else:
+        nnodes = -(-world_size // local_world) if local_world > 0 else 1
     return RankEnv(
         scope="worker",
         job_id=env.get("SLURM_JOB_ID", ""),
@@ -481,12 +490,12 @@ def _worker(env: Mapping[str, str], policy: str, port_range: tuple[int, int]) ->
         master_addr=_need(env, "MASTER_ADDR"),
         master_port=_int(env, "MASTER_PORT"),
         rdzv_id=env.get("TORCHELASTIC_RUN_ID", ""),
-        nnodes=_int(env, "GROUP_WORLD_SIZE") if env.get("GROUP_WORLD_SIZE") else 1,
+        nnodes=nnodes,
         node_rank=_int(env, "GROUP_RANK") if env.get("GROUP_RANK") else None,
         rank=_int(env, "RANK"),
         local_rank=_int(env, "LOCAL_RANK"),
-        world_size=_int(env, "WORLD_SIZE"),
-        local_world_size=_int(env, "LOCAL_WORLD_SIZE"),
+        world_size=world_size,
+        local_world_size=local_world,
         addr_policy=policy,
         port_range=port_range,
         notes=("under torchrun: its rank variables are kept as they are",),

@@ -101,6 +101,29 @@ def render(nodes: list[str], peak: float, minbytes: int, maxbytes: int, factor: 
     return "\n".join(out) + "\n"
 
 
+def sweep_results(results, nodes, rates, broken=()):
+    """A pair sweep's results directory as its job writes it, each pair's output from this
+    double at the slower node's rate (``rates``: node -> GB/s, others 360); pairs in
+    ``broken`` exit 1 with no output. Returns the sweep plan."""
+    from slurmfabric.pairsweep.plan import SweepPlan, pair_base, round_robin, write_plan
+
+    plan = SweepPlan(nodes=list(nodes), rounds=round_robin(list(nodes)), results=results)
+    write_plan(plan)
+    for i, rnd in enumerate(plan.rounds):
+        for pair in rnd:
+            base = pair_base(plan.results, i, pair)
+            base.parent.mkdir(parents=True, exist_ok=True)
+            bw = min(rates.get(n, 360.0) for n in pair)
+            failed = set(pair) in [set(b) for b in broken]
+            base.with_suffix(".out").write_text(
+                "" if failed else render(list(pair), bw, 1 << 30, 8 << 30, 2))
+            base.with_suffix(".rc").write_text("1\n" if failed else "0\n")
+            base.with_suffix(".tasks").write_text("".join(
+                f"{k} {n} {i}.0 start {10 * i + k}.0\n{k} {n} {i}.0 end {10 * i + 5}.0 0\n"
+                for k, n in enumerate(pair)))
+    return plan
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python tests/fakebw.py",
                                 description=__doc__.splitlines()[0])

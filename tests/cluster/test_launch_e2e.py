@@ -274,3 +274,27 @@ def test_bad_config_exits_2_with_one_line_per_problem(cluster: Cluster, tmp_path
     assert "job.nodez: unknown field; accepted fields here: name, partition" in text
     assert "job.nodes: got -1; accepted: a number >= 1" in text
     assert "job.time: time limit 'forever' is not a form Slurm accepts" in text
+
+
+def test_readme_submit_commands_run_as_written(cluster: Cluster, tmp_path: Path) -> None:
+    """README 'Launch': ``submit -c job.toml --test-only`` gets Slurm's verdict and starts no
+    job; ``submit -c examples/smoke-cpu.toml --wait`` prints the job id, then the job's line
+    and its output, and exits 0 (the README's main job, as the demo runs it)."""
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    shutil.copy(REPO / "examples" / "smoke-cpu.toml", tmp_path / "job.toml")
+    before = cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+    verdict = cluster.run(["slurmfabric", "submit", "-c", "job.toml", "--test-only"],
+                          check=False, cwd=tmp_path)
+    assert verdict.returncode == 0, verdict.stderr
+    assert re.search(r"Job \d+ to start at ", verdict.stdout), verdict.stdout
+    assert cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split() == before
+
+    proc = cluster.run(["slurmfabric", "submit", "-c", "examples/smoke-cpu.toml", "--wait"],
+                       check=False, cwd=tmp_path, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id, status, *output = proc.stdout.splitlines()
+    assert job_id.isdigit()
+    assert status.startswith(f"job {job_id} COMPLETED (exit 0:0); output: ")
+    assert status.endswith(f"{tmp_path}/smoke-cpu-{job_id}.out")
+    records = rank_records("\n".join(output))
+    check_ranks(records, cluster, proc.stdout)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import ib_sim
 import pytest
+import readme_examples
 
 pytestmark = pytest.mark.sim
 
@@ -130,6 +131,8 @@ def test_injected_faults_are_exactly_the_findings(
     lines = table.stdout.strip().splitlines()
     assert lines[0].split()[:4] == ["SEVERITY", "NODE", "CHECK", "WHERE"]
     assert [line.split()[1] for line in lines[1:]] == ["sfn03", "sfn02", "sfn05"]
+    # The README shows this very table ("From the simulated fat tree in the tests").
+    assert lines == readme_examples.block_after("From the simulated fat tree in the tests")
 
 
 def test_links_for_one_node_and_local_ibstat(healthy: ib_sim.SimFabric) -> None:

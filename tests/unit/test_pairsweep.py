@@ -22,7 +22,6 @@ from slurmfabric.pairsweep.plan import (
     render_script,
     round_robin,
     schedule_pairs,
-    write_plan,
 )
 from slurmfabric.pairsweep.report import analyze, check_execution, load_results, matrix
 
@@ -114,22 +113,7 @@ def test_fakebw_main_uses_the_step_nodes_and_map(monkeypatch, capsys, tmp_path):
 
 
 def _fake_results(tmp_path, rates, broken=()):
-    """A results directory as the job writes it, built from fakebw output."""
-    plan = _plan(tmp_path)
-    write_plan(plan)
-    for i, rnd in enumerate(plan.rounds):
-        for pair in rnd:
-            base = pair_base(plan.results, i, pair)
-            base.parent.mkdir(parents=True, exist_ok=True)
-            bw = min(rates.get(n, 360.0) for n in pair)
-            failed = set(pair) in [set(b) for b in broken]
-            base.with_suffix(".out").write_text(
-                "" if failed else fakebw.render(list(pair), bw, 1 << 30, 8 << 30, 2))
-            base.with_suffix(".rc").write_text("1\n" if failed else "0\n")
-            base.with_suffix(".tasks").write_text("".join(
-                f"{k} {n} {i}.0 start {10 * i + k}.0\n{k} {n} {i}.0 end {10 * i + 5}.0 0\n"
-                for k, n in enumerate(pair)))
-    return plan
+    return fakebw.sweep_results(tmp_path / "res", NODES4, rates, broken)
 
 
 def test_report_names_the_slow_node_and_writes_svg(tmp_path, capsys):

@@ -304,3 +304,13 @@ def test_torchrun_worker_under_mode_torchrun_is_a_worker_with_its_local_rank(mod
     r = rankenv.resolve(env, mode=mode)
     assert r.scope == "worker"
     assert (r.rank, r.local_rank, r.local_world_size, r.node_rank) == (5, 1, 4, 1)
+
+
+def test_torchrun_worker_without_group_world_size_counts_nodes_like_torchrun():
+    # An older agent or a hand-built worker env: nodes = WORLD_SIZE / LOCAL_WORLD_SIZE
+    # (torchrun runs the same nproc_per_node on every node), not 1.
+    env = {"TORCHELASTIC_RUN_ID": "slurm-77", "MASTER_ADDR": "10.1.0.2", "MASTER_PORT": "29500",
+           "RANK": "13", "LOCAL_RANK": "5", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}
+    r = rankenv.resolve(env, mode="torchrun")
+    assert r.scope == "worker" and r.nnodes == 2
+    assert rankenv.resolve({**env, "GROUP_WORLD_SIZE": "3"}, mode="torchrun").nnodes == 3

@@ -1,0 +1,389 @@
+"""Every README example is exercised: the ones that need no cluster run here, as written, in
+bash, and what they print is compared with what the README shows; the ones that need the
+Slurm testbed, ibsim or root name the test that runs them, and that test must exist.
+
+A new README command with neither fails ``test_every_readme_example_has_a_test``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import fakebw
+import fakesysfs
+import nodes
+import pytest
+import readme_examples
+
+import slurmfabric
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+GOLDEN = ROOT / "tests" / "golden"
+NCCL = ROOT / "tests" / "fixtures" / "nccl"
+
+# README commands another suite runs for real, with the test that does.
+ELSEWHERE: dict[str, str] = {
+    "slurmfabric testbed up":
+        "tests/cluster/test_testbed.py::test_second_up_reports_running_cluster",
+    'eval "$(slurmfabric testbed env)"':
+        "tests/cluster/test_testbed.py::test_status_and_env_commands",
+    "slurmfabric testbed status": "tests/cluster/test_testbed.py::test_status_and_env_commands",
+    "slurmfabric testbed down":
+        "tests/cluster/test_testbed.py::test_separate_testbed_up_and_down_leaves_no_daemon",
+    "slurmfabric submit -c examples/smoke-cpu.toml --wait":
+        "tests/cluster/test_launch_e2e.py::test_readme_submit_commands_run_as_written",
+    "slurmfabric submit -c job.toml --test-only":
+        "tests/cluster/test_launch_e2e.py::test_readme_submit_commands_run_as_written",
+    'srun --ntasks-per-node=1 torchrun --nnodes "$NNODES" --nproc-per-node 8 --rdzv-backend c10d'
+    ' --rdzv-id "$RDZV_ID" --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --no-python slurmfabric'
+    " launch --mode torchrun -- python train.py":
+        "tests/cluster/test_launch_e2e.py::test_torchrun_workers_get_their_local_ranks_binding",
+    "srun slurmfabric launch -- python train.py":
+        "tests/cluster/test_launch_e2e.py::test_srun_ranks_on_roce_get_the_gid_index",
+    "mpirun --bind-to none slurmfabric launch --mode mpi -- ./app":
+        "tests/cluster/test_launch_e2e.py::test_mpi_ranks_go_through_launch",
+    "slurmfabric health resume":
+        "tests/cluster/test_health_cluster.py::test_faulty_node_is_drained_job_requeued_and_resumed",
+    "pdsh -w 'gpu[001-128]' slurmfabric health resume":
+        "tests/cluster/test_health_cluster.py::test_faulty_node_is_drained_job_requeued_and_resumed",
+    "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/sweep1 --partition gpu"
+    " --tasks-per-node 8 --gpus-per-node 8 --mpi pmix --command"
+    ' "all_reduce_perf -b 1G -e 8G -f 2 -g 1"':
+        "tests/cluster/test_pairs_cluster.py::test_pair_sweep_finds_the_degraded_node",
+    "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/burnin1 --burn-in burnin"
+    " --state-dir /var/lib/slurmfabric/health":
+        "tests/cluster/test_pairs_cluster.py::test_gate_drains_the_suspect_and_burn_in_resumes_only_it",
+    "slurmfabric pairs report /shared/burnin1 --drain --resume-passing --state-dir"
+    " /var/lib/slurmfabric/health":
+        "tests/cluster/test_pairs_cluster.py::test_gate_drains_the_suspect_and_burn_in_resumes_only_it",
+    "slurmfabric ib audit --save /var/lib/slurmfabric/fabric.json":
+        "tests/sim/test_ibaudit_sim.py::test_healthy_fabric_reports_nothing",
+    "slurmfabric ib audit --baseline /var/lib/slurmfabric/fabric.json --prom"
+    " /var/lib/node_exporter/fabric.prom --drain":
+        "tests/sim/test_ibaudit_sim.py::test_injected_faults_are_exactly_the_findings",
+    "slurmfabric ib links --node gpu017":
+        "tests/sim/test_ibaudit_sim.py::test_links_for_one_node_and_local_ibstat",
+}
+
+
+@dataclass
+class Case:
+    """How to run one README command here: what to set up, and what it must print."""
+
+    check: Callable[[subprocess.CompletedProcess[str], Path], None] | None = None
+    setup: Callable[[Path], None] | None = None
+    env: dict[str, str] | None = None
+    run: str | None = None  # the command to run, where the README elides part of it
+    rc: int = 0
+
+
+def _job_toml(work: Path) -> None:
+    (work / "job.toml").write_text((ROOT / "examples" / "smoke-cpu.toml").read_text())
+
+
+def _h100(work: Path) -> None:
+    fakesysfs.build(nodes.h100_ib(), work / "h100")
+
+
+def _render(work: Path, *args: str) -> str:
+    return subprocess.run([str(VENV_BIN / "slurmfabric"), "render", *args], cwd=work,
+                          capture_output=True, text=True, check=True, env=_env(work)).stdout
+
+
+def _check_golden(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    # The golden file spells the version VERSION; the CLI's re-render line names the config
+    # by its absolute path, so that it works from any directory.
+    golden = (GOLDEN / "h100-fsdp.sh").read_text().replace(
+        "slurmfabric VERSION from", f"slurmfabric {slurmfabric.__version__} from")
+    assert f"render -c {work}/examples/h100-fsdp.toml\n" in proc.stdout
+    assert proc.stdout.replace(f"-c {work}/examples/", "-c examples/") == golden
+
+
+def _check_rendered_file(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    script = (work / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=4\n" in script and proc.stdout == ""
+    assert script == _render(work, "-c", "job.toml", "--set", "job.nodes=4")
+
+
+def _check_dry_run(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    head, script = proc.stdout.split("# SCRIPT:\n", 1)
+    assert head == "# backend: sbatch\n# command: sbatch --parsable < SCRIPT\n"
+    assert script.rstrip("\n") == _render(work, "-c", "job.toml").rstrip("\n")
+    assert not (work / "sbatch.calls").exists()  # nothing submitted
+
+
+def _sbatch_then_from_script(work: Path) -> None:
+    _job_toml(work)
+    (work / "job.sbatch").write_text(_render(work, "-c", "job.toml", "--set", "job.nodes=4"))
+
+
+def _check_from_script(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    assert proc.stdout == (work / "job.sbatch").read_text()
+
+
+def _check_snapshot(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    with tarfile.open(work / "node.tar.gz") as tar:
+        names = tar.getnames()
+    assert any(name.endswith("/infiniband/mlx5_7/ports/1/state") for name in names)
+    assert proc.stdout == "wrote node.tar.gz: 8 GPUs, 10 RDMA ports, 12 netdevs\n"
+
+
+def _snapshot_first(work: Path) -> None:
+    _h100(work)
+    subprocess.run([str(VENV_BIN / "slurmfabric"), "topo", "snapshot", "-o", "node.tar.gz"],
+                   cwd=work, env=_env(work, SLURMFABRIC_SYSFS_ROOT=str(work / "h100")),
+                   check=True, capture_output=True)
+
+
+def _check_from_snapshot(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    live = subprocess.run([str(VENV_BIN / "slurmfabric"), "topo", "--json"], cwd=work,
+                          env=_env(work, SLURMFABRIC_SYSFS_ROOT=str(work / "h100")),
+                          capture_output=True, text=True, check=True).stdout
+    offline = subprocess.run([str(VENV_BIN / "slurmfabric"), "topo", "--from", "node.tar.gz",
+                              "--json"], cwd=work, env=_env(work), capture_output=True,
+                             text=True, check=True).stdout
+    assert json.loads(offline)["plan"] == json.loads(live)["plan"]
+    assert "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_6:1" in proc.stdout
+
+
+def _check_hooks(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    for hook in ("prolog", "epilog"):
+        path = work / "etc-slurm-hooks" / f"slurmfabric-{hook}"
+        text = path.read_text()
+        assert os.access(path, os.X_OK)
+        assert "SLURMFABRIC_BIN=/opt/slurmfabric/bin/slurmfabric\n" in text
+        assert "SLURMFABRIC_HEALTH_CONFIG=/etc/slurmfabric/health.toml\n" in text
+        assert text.rstrip().endswith(f'exec "$SLURMFABRIC_BIN" health {hook}')
+        subprocess.run(["sh", "-n", str(path)], check=True)
+
+
+def _fake_scontrol(work: Path) -> None:
+    (work / "health.toml").write_text('[[nodes]]\nmatch = "*"\ngpus = 8\n')
+
+
+def _check_health_check(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    lines = proc.stdout.splitlines()
+    assert lines[1].split() == ["CHECK", "STATUS", "REASON"]
+    assert any(line.split()[:2] == ["gpu.count", "ERROR"] for line in lines[2:])
+    assert not (work / "scontrol.calls").exists()  # a failing check here never drains
+
+
+def _check_gdr_fallback(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    assert "ERROR [socket_fallback]" in proc.stdout and proc.stdout.rstrip().endswith("FAIL")
+
+
+def _nccl_log(work: Path) -> None:
+    (work / "slurm-1234.out").write_text((NCCL / "nccl-2.19.3-socket-fallback.log").read_text())
+
+
+def _allreduce(work: Path) -> None:
+    (work / "allreduce.txt").write_text(
+        (NCCL / "nccl-tests-allreduce-2node-h100.txt").read_text())
+    _h100(work)
+
+
+def _check_busbw(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    first = proc.stdout.splitlines()[0]
+    assert first == "fabric: 8 ports, 400 GB/s line rate -> expected busbw 350-380 GB/s on " \
+        "large messages"
+    assert "  result: OK" in proc.stdout.splitlines()
+
+
+def _check_discover(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    _check_busbw(proc, work)  # the 8 rails of this node (its 2 storage NICs left out)
+    assert "mlx5_4" not in proc.stdout + proc.stderr
+
+
+def _sweep(work: Path) -> None:
+    fakebw.sweep_results(work / "shared" / "sweep1", ["sfn1", "sfn2", "sfn3", "sfn4"],
+                         {"sfn3": 180.0})
+
+
+def _check_svg(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    assert "every pair with sfn3 is at 50 %" in proc.stdout
+    assert "<svg " in (work / "sweep1.svg").read_text()
+
+
+BATCH_SHELL = {"SLURM_JOB_ID": "1234", "SLURM_JOB_NODELIST": "gpu[001-004]",
+               "SLURM_JOB_NUM_NODES": "4", "SLURM_NNODES": "4", "SLURM_CLUSTER_NAME": "clu"}
+TORCHRUN_WORKER = {"TORCHELASTIC_RUN_ID": "slurm-77", "RANK": "13", "LOCAL_RANK": "5",
+                   "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "16", "GROUP_RANK": "1",
+                   "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.1.0.2", "MASTER_PORT": "29500",
+                   "SLURMFABRIC_FABRIC_TYPE": "ib", "SLURMFABRIC_SYSFS_ROOT": "{work}/h100"}
+SRUN_TASK = {**BATCH_SHELL, "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "gpu[001-004]",
+             "SLURM_STEP_NUM_NODES": "4", "SLURM_STEP_NUM_TASKS": "32",
+             "SLURM_STEP_TASKS_PER_NODE": "8(x4)", "SLURM_PROCID": "9", "SLURM_LOCALID": "1",
+             "SLURM_NODEID": "1", "SLURMD_NODENAME": "gpu002", "SLURMFABRIC_FABRIC_TYPE": "ib",
+             "SLURMFABRIC_SYSFS_ROOT": "{work}/h100"}
+
+CASES: dict[str, Case] = {
+    "slurmfabric render -c examples/h100-fsdp.toml": Case(_check_golden),
+    "slurmfabric render -c job.toml --set job.nodes=4 -o job.sbatch":
+        Case(_check_rendered_file, _job_toml),
+    "slurmfabric submit -c job.toml --dry-run": Case(_check_dry_run, _job_toml),
+    "slurmfabric render --from-script job.sbatch":
+        Case(_check_from_script, _sbatch_then_from_script),
+    "slurmfabric render --set job.nodes=-1 --set job.time=forever --set job.nodez=2": Case(rc=2),
+    'eval "$(slurmfabric env)"': Case(
+        env=BATCH_SHELL,
+        run='eval "$(slurmfabric env)"; echo "$MASTER_ADDR $NNODES $RDZV_ID ${MASTER_PORT:0:1}"',
+        check=lambda proc, work: proc.stdout == "gpu001 4 clu-1234 2\n"),
+    "srun slurmfabric launch --print -- python train.py": Case(
+        setup=_h100, env=SRUN_TASK, run="slurmfabric launch --print -- python train.py",
+        check=lambda proc, work: {"export RANK=9\n", "export LOCAL_RANK=1\n",
+                                  "export SLURMFABRIC_NIC=mlx5_1:1\n",
+                                  "exec python train.py\n"} <= set(proc.stdout.splitlines(True))),
+    "env TORCHELASTIC_RUN_ID=slurm-77 RANK=13 LOCAL_RANK=5 LOCAL_WORLD_SIZE=8 ... slurmfabric"
+    " launch --mode torchrun --print -- python -m train": Case(
+        setup=_h100, env=TORCHRUN_WORKER,
+        run="slurmfabric launch --mode torchrun --print -- python -m train"),
+    "slurmfabric hostlist expand 'n[098-101]'": Case(),
+    "slurmfabric hostlist compress n3 n2 n1 n1": Case(),
+    "slurmfabric hostlist count 'rack[01-100]-node[0001-1000]'": Case(),
+    "slurmfabric hostlist index 'gpu[01-16]' gpu07": Case(),
+    "slurmfabric topo --sysfs-root /tmp/h100 --master-addr 10.1.0.2": Case(setup=_h100),
+    "slurmfabric topo snapshot -o node.tar.gz": Case(_check_snapshot, _h100,
+                                                     env={"SLURMFABRIC_SYSFS_ROOT": "{work}/h100"}),
+    "slurmfabric topo --from node.tar.gz": Case(_check_from_snapshot, _snapshot_first),
+    "slurmfabric health install-hooks /etc/slurm/hooks --bin /opt/slurmfabric/bin/slurmfabric"
+    " --config /etc/slurmfabric/health.toml": Case(_check_hooks),
+    "slurmfabric health check": Case(_check_health_check, _fake_scontrol, rc=1,
+                                     env={"SLURMFABRIC_HEALTH_CONFIG": "health.toml"}),
+    "slurmfabric nccl-log slurm-1234.out --expect-gdr": Case(_check_gdr_fallback, _nccl_log, rc=1),
+    "slurmfabric nccl-tests parse allreduce.txt --ports 8 --port-rate 400":
+        Case(_check_busbw, _allreduce),
+    "slurmfabric nccl-tests parse allreduce.txt --discover":
+        Case(_check_discover, _allreduce, env={"SLURMFABRIC_SYSFS_ROOT": "{work}/h100"}),
+    "slurmfabric pairs report /shared/sweep1 --svg sweep1.svg": Case(_check_svg, _sweep, rc=1),
+    "slurmfabric pairs report /shared/sweep1": Case(setup=_sweep, rc=1),
+}
+
+# Absolute paths in README commands, and where each lands in the test's work directory.
+PATHS = {"/tmp/h100": "h100", "/etc/slurm/hooks": "etc-slurm-hooks", "/shared/": "shared/"}
+
+
+def _env(work: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: no SLURM_*/SLURMFABRIC_* from the developer's shell; recording
+    stand-ins for sbatch and scontrol first on PATH, so nothing here reaches a real Slurm."""
+    bin_dir = work / "bin"
+    if not bin_dir.is_dir():
+        bin_dir.mkdir(parents=True)
+        for tool in ("sbatch", "scontrol"):
+            stub = bin_dir / tool
+            stub.write_text(f'#!/bin/sh\necho "$@" >> "{work}/{tool}.calls"\nexit 1\n')
+            stub.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8",
+            "SLURMFABRIC_SITE_DEFAULTS": "", "SLURMFABRIC_PORT_DIR": str(work / "ports"), **extra}
+
+
+def _shown() -> dict[str, readme_examples.Example]:
+    return {example.command: example for example in readme_examples.examples()}
+
+
+def test_every_readme_example_has_a_test() -> None:
+    shown = _shown()
+    missing = sorted(set(shown) - set(CASES) - set(ELSEWHERE))
+    stale = sorted((set(CASES) | set(ELSEWHERE)) - set(shown))
+    assert not missing, f"README commands with no test: {missing}"
+    assert not stale, f"tests for commands the README no longer shows: {stale}"
+    assert not set(CASES) & set(ELSEWHERE)
+
+
+@pytest.mark.parametrize("command", sorted(set(ELSEWHERE.values())))
+def test_the_tests_named_for_cluster_examples_exist(command: str) -> None:
+    path, name = command.split("::")
+    assert f"def {name}(" in (ROOT / path).read_text(), command
+
+
+@pytest.mark.parametrize("command", list(CASES))
+def test_readme_example_runs_and_prints_what_the_readme_shows(command: str,
+                                                              tmp_path: Path) -> None:
+    case, example = CASES[command], _shown()[command]
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copytree(ROOT / "examples", work / "examples")
+    if case.setup:
+        case.setup(work)
+    text = case.run or command
+    for absolute, local in PATHS.items():
+        text = text.replace(absolute, str(work / local) + ("/" if local.endswith("/") else ""))
+    env = _env(work, **{key: value.format(work=work) for key, value in (case.env or {}).items()})
+    proc = subprocess.run(["bash", "-c", text], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == case.rc, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    if example.output:
+        printed = (proc.stdout + proc.stderr).replace(str(work / "h100"), "/tmp/h100")
+        problem = readme_examples.mismatch(example.output, printed.splitlines())
+        assert problem is None, f"README line {example.line}: {problem}"
+    if case.check:
+        case.check(proc, work)
+
+
+def test_readme_python_api_block_runs_as_written(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 'Python API' block, executed: job.toml is smoke-cpu.toml, discovery reads the H100
+    fixture, a recording sbatch on PATH answers ``4242;clu``, and the task is srun rank 9."""
+    code = "\n".join(readme_examples.block_after("## Python API"))
+    work = tmp_path / "work"
+    work.mkdir()
+    _job_toml(work)
+    _h100(work)
+    (work / "bin").mkdir()
+    (work / "bin" / "sbatch").write_text(
+        f'#!/bin/sh\necho "$@" > "{work}/sbatch.args"\ncat > "{work}/sbatch.stdin"\n'
+        'echo "4242;clu"\n')
+    (work / "bin" / "sbatch").chmod(0o755)
+    for name in [n for n in os.environ if n.startswith(("SLURM", "TORCHELASTIC", "OMPI_"))]:
+        monkeypatch.delenv(name)
+    for name, value in {**SRUN_TASK, "SLURMFABRIC_SYSFS_ROOT": str(work / "h100"),
+                        "SLURMFABRIC_SITE_DEFAULTS": "",
+                        "PATH": f"{work / 'bin'}:{os.environ['PATH']}"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(work)
+    namespace: dict[str, object] = {}
+    exec(compile(code, "README.md (Python API)", "exec"), namespace)  # noqa: S102
+
+    assert namespace["script"].startswith("#!/bin/bash\n")
+    assert "#SBATCH --nodes=4\n" in namespace["script"]
+    assert (work / "sbatch.stdin").read_text() == namespace["script"]
+    assert (work / "sbatch.args").read_text() == "--parsable\n"
+    assert (namespace["job"].job_id, namespace["job"].cluster) == ("4242", "clu")
+    assert namespace["launch"] in namespace["script"]
+    plan, task = namespace["plan"], namespace["task"]
+    assert plan.nccl_env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_6:1," \
+        "mlx5_7:1,mlx5_8:1,mlx5_9:1"
+    assert plan.bindings[0].nic == "mlx5_0:1"
+    assert task.variables["RANK"] == "9" and task.variables["LOCAL_RANK"] == "1"
+    assert task.binding.nic == "mlx5_1:1"
+
+
+@pytest.mark.parametrize(("shown", "printed", "same"), [
+    (["a", "...", "d"], ["a", "b", "c", "d"], True),
+    (["a", "...", "d"], ["a", "d"], True),
+    (["a", "d"], ["a", "b", "d"], False),  # a gap the README does not mark
+    (["a", "b"], ["b", "a"], False),
+    (["a"], ["a", "extra"], False),  # output the README does not show
+    (["x ... z", "..."], ["x middle z", "tail"], True),
+    (["x...z"], ["y middle z"], False),
+])
+def test_output_matching_marks_every_gap(shown: list[str], printed: list[str],
+                                         same: bool) -> None:
+    assert (readme_examples.mismatch(shown, printed) is None) is same
+
+
+def test_examples_join_continuations_and_drop_prose_comments() -> None:
+    text = ("```console\n$ slurmfabric a \\\n    --b 'c  d'   # why\nout 1\n$ other\n```\n"
+            "```bash\nsrun slurmfabric x  # note\n# slurmfabric comment only\n```\n")
+    found = readme_examples.examples(text)
+    assert [(e.line, e.command, e.output) for e in found] == [
+        (2, "slurmfabric a --b 'c  d'", ["out 1"]), (8, "srun slurmfabric x", [])]
