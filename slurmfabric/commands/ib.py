@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from slurmfabric.commands._args import number
@@ -125,7 +126,7 @@ def _links(args: argparse.Namespace) -> int:
         text = _read(args.input, "ibstat output") if args.input else runner.ibstat(tools)
         ports = parse.parse_ibstat(text)
         if args.json:
-            print(json.dumps([p.__dict__ for p in ports], indent=2))
+            print(json.dumps([asdict(p) for p in ports], indent=2))
             return 0
         for p in ports:
             print(f"{p.ca}/{p.port}  {p.state}/{p.phys}  rate {p.rate:g}  lid {p.lid}  "
@@ -222,7 +223,7 @@ def _audit(args: argparse.Namespace) -> int:
     document = {
         "version": 1,
         "created": now,
-        "findings": [f.__dict__ for f in findings],
+        "findings": [asdict(f) for f in findings],
         "links": [link.to_dict() for link in links],
         "counters": counters,
         "errors": errors,
