@@ -22,7 +22,7 @@ import pytest
 from slurmfabric import nccllog as nccl_log
 from slurmfabric import nccltests as nccl_tests
 from slurmfabric.errors import SlurmfabricError
-from slurmfabric.ibaudit import parse as fabric_parse
+from slurmfabric.ibaudit import parse as ib_parse
 
 pytestmark = pytest.mark.hostile
 
@@ -46,11 +46,11 @@ PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
     "nccl-log": (lambda text: nccl_log.parse_log(text, "log"),
                  ["nccl/*.log", "nccl/versions/*.log"]),
     "nccl-tests": (nccl_tests.parse, ["nccl/nccl-tests-*.txt"]),
-    "iblinkinfo": (fabric_parse.parse_iblinkinfo, ["fabric/*iblinkinfo*.txt"]),
-    "ibstat": (fabric_parse.parse_ibstat, ["fabric/*ibstat*.txt"]),
-    "perfquery": (fabric_parse.parse_perfquery, ["fabric/*perfquery*.txt"]),
-    "ibnetdiscover": (fabric_parse.parse_ibnetdiscover,
-                      ["fabric/*ibnetdiscover*.txt", "fabric/*.net"]),
+    "iblinkinfo": (ib_parse.parse_iblinkinfo, ["ib/*iblinkinfo*.txt"]),
+    "ibstat": (ib_parse.parse_ibstat, ["ib/*ibstat*.txt"]),
+    "perfquery": (ib_parse.parse_perfquery, ["ib/*perfquery*.txt"]),
+    "ibnetdiscover": (ib_parse.parse_ibnetdiscover,
+                      ["ib/*ibnetdiscover*.txt", "ib/*.net"]),
 }
 
 
