@@ -19,7 +19,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-
 SHOWN = ("SLURMFABRIC_NIC", "SLURMFABRIC_MEM_NODE", "NCCL_NET", "NCCL_IB_HCA",
          "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE")
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . scripts/setup-env.sh "shellcheck openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm" "test,nvml"
 
 echo "== ruff check"
-ruff check slurmfabric tests benchmarks
+ruff check slurmfabric tests benchmarks examples
 
 echo "== pytest"
 set +e

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nccl-log": ("nccl_log", "check NCCL_DEBUG=INFO logs for socket fallback, GDR, errors"),
     "nccl-tests": ("nccl_tests", "parse nccl-tests output and compare with the fabric"),
     "pairs": ("pairs", "node-pair bandwidth sweep: submit and report the slow node"),
+    "resume": ("resume", "supervise a job that survives timeouts, preemption and failures; "
+               "its restart history"),
     "ib": ("ib", "InfiniBand fabric audit with infiniband-diags (audit, links)"),
     "testbed": ("testbed", "start/stop a local multi-node Slurm cluster for tests and demos"),
 }

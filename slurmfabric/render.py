@@ -201,12 +201,37 @@ def sbatch_options(config: JobConfig) -> list[str]:
     opts += [f"--{key}={value}" for key, value in valued.items() if value is not None]
     if job.exclusive:
         opts.append("--exclusive")
-    if job.requeue is not None:
-        opts.append("--requeue" if job.requeue else "--no-requeue")
-    if launcher.signal:
+    resume = launcher.resume
+    requeue = job.requeue
+    if resume.enabled and (resume.mode == "requeue" or {"preempt", "node_fail"} & set(
+            resume.events)):
+        requeue = True  # Slurm requeues on preemption/node failure only when allowed to
+    if requeue is not None:
+        opts.append("--requeue" if requeue else "--no-requeue")
+    if resume.enabled:
+        # B: the batch shell alone gets the warning (the supervisor asks the program for a
+        # checkpoint); append: a requeued job keeps one output file (sbatch(1)).
+        opts.append(f"--signal=B:{resume.signal}@{resume.grace_seconds}")
+        opts.append("--open-mode=append")
+    elif launcher.signal:
         # Sent to every job step (not the batch shell) signal_seconds before the time limit.
         opts.append(f"--signal={launcher.signal}@{launcher.signal_seconds}")
     return sorted(opts)
+
+
+def checkpoint_dir(config: JobConfig) -> str:
+    """Where the job's checkpoints live, as the config says (relative: to the workdir)."""
+    return config.launcher.resume.checkpoint_dir or f"checkpoints/{config.job.name}"
+
+
+def supervise_args(config: JobConfig) -> list[str]:
+    """``slurmfabric resume supervise`` options for this config (the launch follows ``--``)."""
+    resume = config.launcher.resume
+    return [
+        "--events", ",".join(resume.events), "--max-restarts", str(resume.max_restarts),
+        "--signal", resume.signal, "--grace", str(resume.grace_seconds),
+        "--mode", resume.mode, "--keep", str(resume.keep), "--launcher", config.launcher.type,
+    ]
 
 
 def _context(config: JobConfig, slurmfabric_bin: Optional[str],
@@ -233,6 +258,9 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "digest": config_digest(config),
         "config_json": config_json(config),
         "rerender": rerender,
+        "resume": config.launcher.resume,
+        "checkpoint_dir": checkpoint_dir(config),
+        "supervise_args": supervise_args(config),
     }
 
 

@@ -183,6 +183,42 @@ def update_node(name: str, env: dict[str, str] | None = None, **fields: str) -> 
         env=env)
 
 
+def requeue(target: str, env: dict[str, str] | None = None) -> None:
+    """``scontrol requeue <job>``: the job ends now and is pending again under the same id
+    (an array task is ``<array id>_<task id>``, or the whole array would restart)."""
+    run(["scontrol", "requeue", target], env=env)
+
+
+def sbatch_file(path: str, args: list[str], env: dict[str, str] | None = None) -> JobId:
+    """``sbatch --parsable ARGS PATH``: submit a script that is a file (a chained successor)."""
+    return parse_parsable_jobid(run(["sbatch", "--parsable", *args, path], env=env,
+                                    error=SubmitError))
+
+
+def parse_time_left(text: str) -> int | None:
+    """squeue's ``%L``: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``, ``UNLIMITED`` -> seconds."""
+    text = text.strip()
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    if not all(part.isdigit() for part in parts) or len(parts) > 3 or (days and not
+                                                                        days.isdigit()):
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return seconds + int(days or 0) * 86400
+
+
+def time_left(job_id: str, env: dict[str, str] | None = None) -> int | None:
+    """Seconds before the job's time limit, as slurmctld counts them; None if unlimited."""
+    return parse_time_left(run(["squeue", "-h", "-j", job_id, "-o", "%L"], env=env))
+
+
+def node_states(nodelist: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``{node: state}`` for the nodes of a hostlist (sinfo expands it)."""
+    return parse_node_states(run([*SINFO_NODE_STATES, "-n", nodelist], env=env))
+
+
 # One "<node> <state>" line per node: ``sfn1 idle``, ``sfn4 drained``, ``sft3 idle*``.
 SINFO_NODE_STATES = ["sinfo", "-h", "-N", "-o", "%N %T"]
 

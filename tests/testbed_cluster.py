@@ -7,6 +7,7 @@ command lines themselves come from ``slurmfabric.slurmcmd``.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from dataclasses import dataclass
@@ -80,3 +81,47 @@ class Cluster:
         write_extra_conf(self.testbed.s, text)
         self.run(["scontrol", "reconfigure"])
         time.sleep(1.0)  # slurmd rereads asynchronously
+
+    def crash_node(self, name: str) -> list[int]:
+        """What a node that loses power does to its daemons: SIGKILL its slurmd, its
+        slurmstepds and every process under them, with no goodbye to slurmctld. The
+        virtual nodes share one host, so a node's slurmstepds are told apart by the log
+        file each holds open (SlurmdLogFile=.../slurmd.%n.log). Returns the killed PIDs."""
+        import os
+        import signal as signals
+
+        from slurmfabric._probe import proc_stat
+
+        log = str(self.testbed.s.state_dir / "log" / f"slurmd.{name}.log")
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        roots = {self.testbed.running()[f"slurmd:{name}"]}
+        for pid in pids:
+            stat = proc_stat(pid)
+            if stat is None or stat[0] != "slurmstepd":
+                continue
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+                if any(os.readlink(f"/proc/{pid}/fd/{fd}") == log for fd in fds):
+                    roots.add(pid)
+            except OSError:
+                continue
+        parents = {}
+        for pid in pids:
+            stat = proc_stat(pid)
+            if stat is not None and len(stat[1]) > 1 and stat[1][1].isdigit():
+                parents[pid] = int(stat[1][1])
+        tree, grew = set(roots), True
+        while grew:
+            grew = False
+            for pid, parent in parents.items():
+                if parent in tree and pid not in tree:
+                    tree.add(pid)
+                    grew = True
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signals.SIGKILL)
+        return sorted(tree)
+
+    def restore_node(self, name: str, timeout: float = 90) -> None:
+        """Start the node's slurmd again; ReturnToService=2 brings it back idle."""
+        self.testbed.up(timeout=timeout, log=lambda msg: None)

@@ -61,7 +61,31 @@ def main(argv: list[str]) -> int:
     print(job_id, flush=True)
     if not args.wait or args.test_only:
         return 0
+    if config.launcher.resume.enabled:
+        return _wait_resumable(job_id, args.timeout, config, args.workdir)
     return _wait_and_show(job_id, args.timeout)
+
+
+def _wait_resumable(job_id: str, timeout: float, config, workdir: str | None) -> int:
+    """Wait through requeues and successors; print the output and the restart history."""
+    import os
+
+    from slurmfabric import slurmcmd
+    from slurmfabric.render import checkpoint_dir
+    from slurmfabric.resume.follow import wait_run
+    from slurmfabric.resume.report import format_history, history
+
+    base = os.path.join(workdir or os.getcwd(), config.program.workdir or "")
+    directory = os.path.join(base, checkpoint_dir(config))
+    last, record = wait_run(job_id, directory, timeout)
+    state = record.get("JobState", "UNKNOWN").split()[0]
+    out_path = record.get("StdOut", "")
+    print(f"job {last} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
+    sys.stdout.write(slurmcmd.read_output_file(out_path))
+    found = history(directory, job_id)
+    if found is not None:
+        print(format_history(found))
+    return 0 if state == "COMPLETED" else 1
 
 
 def _wait_and_show(job_id: str, timeout: float) -> int:

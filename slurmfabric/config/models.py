@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slurmfabric.rankenv import DEFAULT_PORT_RANGE
+from slurmfabric.resume import EVENTS as RESUME_EVENTS
 
 LAUNCHERS = ("torchrun", "srun", "mpirun", "srun-pmix", "nccl-tests")
 NCCL_TESTS_OPS = (
@@ -192,6 +193,59 @@ class NcclTests(Section):
         return value
 
 
+class ResumeSection(Section):
+    """Which interruptions the job survives, and how (``[launcher.resume]``).
+
+    The batch shell runs the launch under ``slurmfabric resume supervise``: Slurm's warning
+    signal before the time limit asks the program for a checkpoint, then the job is requeued
+    (``mode = "requeue"``, the same job id) or a successor is submitted (``"chain"``).
+    Preemption and node failure are requeued by Slurm itself (``--requeue``); worker failures
+    restart inside the allocation (torchrun ``--max-restarts``) or requeue the job.
+    """
+
+    events: list[Literal[RESUME_EVENTS]] = Field(default_factory=list)  # type: ignore[valid-type]
+    max_restarts: int = Field(3, ge=0, le=1000)
+    signal: str = "USR2"
+    grace_seconds: int = Field(120, ge=10, le=65535)
+    mode: Literal["requeue", "chain"] = "requeue"
+    checkpoint_dir: Optional[str] = None  # default checkpoints/<job.name> in the workdir
+    keep: int = Field(2, ge=1, le=1000)
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, value: str) -> str:
+        name = value.upper().removeprefix("SIG")
+        if name == "USR1":
+            raise ValueError(
+                "signal 'USR1' is refused: NCCL catches SIGUSR1 itself, so the "
+                "warning never reaches the checkpoint (submitit moved to USR2: "
+                "https://github.com/facebookincubator/submitit/issues/1697); accepted: "
+                + ", ".join(s for s in SIGNALS if s != "USR1"))
+        if name not in SIGNALS:
+            raise ValueError(f"signal {value!r} is not accepted: choose from {', '.join(SIGNALS)}")
+        return name
+
+    @field_validator("events")
+    @classmethod
+    def _events(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"events {value!r} repeat a name; accepted: each of "
+                             f"{', '.join(RESUME_EVENTS)} at most once")
+        return value
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _dir(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (not value.strip() or value.startswith("-")):
+            raise ValueError(f"checkpoint directory {value!r} is not a path; accepted: a "
+                             "directory, absolute or relative to the job's working directory")
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.events)
+
+
 class LauncherSection(Section):
     """How ranks start: the launcher, torchrun's worker count, signals, helper paths."""
 
@@ -210,6 +264,7 @@ class LauncherSection(Section):
     srun_args: list[str] = Field(default_factory=list)
     mpirun_args: list[str] = Field(default_factory=list)
     nccl_tests: NcclTests = Field(default_factory=NcclTests)
+    resume: ResumeSection = Field(default_factory=ResumeSection)
 
     @field_validator("slurmfabric", "torchrun", "mpirun", "slurmfabric_module")
     @classmethod
@@ -389,12 +444,59 @@ def cross_field_problems(job: JobSection, launcher: LauncherSection,
             "program.command: empty; accepted: the program and its arguments as a list, "
             "e.g. [\"python\", \"train.py\"]"
         )
+    problems += resume_problems(job, launcher)
     if kind == "mpirun" and program.container_image:
         problems.append(
             "program.container_image: containers start through srun (pyxis); accepted with "
             "launchers torchrun, srun, srun-pmix, nccl-tests, not mpirun"
         )
     return problems
+
+
+def time_limit_seconds(value: Optional[str]) -> Optional[int]:
+    """A Slurm time limit (sbatch(1) --time forms) in seconds; None when unset/unlimited."""
+    if value is None or value.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = value.rpartition("-") if "-" in value else ("", "", value)
+    parts = [int(part) for part in rest.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 1:
+        return parts[0] * 60  # M
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]  # M:S
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]  # H:M:S
+
+
+def resume_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
+    """[launcher.resume] against the rest: the requeue flag, the signal, the time limit."""
+    resume = launcher.resume
+    if not resume.enabled:
+        return []
+    out: list[str] = []
+    if launcher.type == "nccl-tests":
+        out.append("launcher.resume: nccl-tests is a measurement with no checkpoint to resume; "
+                   "accepted: no [launcher.resume] events with launcher.type = 'nccl-tests'")
+    slurm_requeues = {"preempt", "node_fail"} & set(resume.events)
+    if job.requeue is False and (resume.mode == "requeue" or slurm_requeues):
+        why = "mode = 'requeue'" if resume.mode == "requeue" else ", ".join(sorted(
+            slurm_requeues))
+        out.append(f"job.requeue: false, but launcher.resume ({why}) needs a requeueable job; "
+                   "accepted: job.requeue unset or true")
+    if launcher.signal is not None:
+        out.append("launcher.signal: launcher.resume sends its own warning signal "
+                   f"(launcher.resume.signal = {resume.signal}) to the batch shell; accepted: "
+                   "launcher.signal unset when launcher.resume is on")
+    limit = time_limit_seconds(job.time)
+    if "timeout" in resume.events and limit is not None and resume.grace_seconds >= limit:
+        out.append(f"launcher.resume.grace_seconds: {resume.grace_seconds} s is not shorter than "
+                   f"the time limit job.time = {job.time} ({limit} s), so the warning would come "
+                   f"before the job starts; accepted: fewer than {limit} seconds")
+    if resume.mode == "chain" and job.array is not None:
+        out.append("launcher.resume.mode: 'chain' submits one successor job and cannot continue "
+                   "an array task; accepted: mode = 'requeue' with job.array")
+    return out
 
 
 # Fields whose text is free (textcheck.py): what the program receives, byte for byte.

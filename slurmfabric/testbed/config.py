@@ -46,6 +46,11 @@ class Settings:
         return f"{self.addr_prefix}{index + 1}"
 
     @property
+    def urgent_partition(self) -> str:
+        """The preempting partition: same nodes, higher PriorityTier."""
+        return f"{self.partition}-urgent"
+
+    @property
     def conf_path(self) -> Path:
         return self.state_dir / "etc" / "slurm.conf"
 
@@ -118,7 +123,13 @@ def render_slurm_conf(s: Settings) -> str:
         "KillWait=5",
         "InactiveLimit=0",
         "SlurmctldTimeout=30",
-        "SlurmdTimeout=60",
+        # A node whose slurmd stops answering is DOWN after this long, and its jobs are
+        # requeued (--requeue) or ended NODE_FAIL: the resume tests kill one on purpose.
+        "SlurmdTimeout=20",
+        # Jobs in a higher PriorityTier partition preempt lower ones, which are requeued
+        # (slurm.conf(5) PreemptType, PreemptMode; https://slurm.schedmd.com/preempt.html).
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
         f"Include {s.extra_conf_path}",
     ]
     for i, name in enumerate(names):
@@ -128,7 +139,12 @@ def render_slurm_conf(s: Settings) -> str:
         )
     lines.append(
         f"PartitionName={s.partition} Nodes={','.join(names)} Default=YES "
-        "MaxTime=INFINITE State=UP"
+        "MaxTime=INFINITE State=UP PriorityTier=1"
+    )
+    # Same nodes, higher tier: a job here preempts (requeues) the default partition's jobs.
+    lines.append(
+        f"PartitionName={s.urgent_partition} Nodes={','.join(names)} "
+        "MaxTime=INFINITE State=UP PriorityTier=2"
     )
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,7 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     "smoke-cpu": ("examples/smoke-cpu.toml", []),
     "h100-fsdp": ("examples/h100-fsdp.toml", []),
     "nccl-tests-sweep": ("examples/nccl-tests-sweep.toml", []),
+    "resume-cpu": ("examples/resume-cpu.toml", []),
     "srun-gpu": (None, ["launcher.type=srun", "job.nodes=4", "job.gpus_per_node=8",
                         "job.cpus_per_task=12", "job.partition=gpu", "job.time=4:00:00",
                         'program.command=["python", "train.py", "--name", "run 1"]',
