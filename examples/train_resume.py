@@ -8,8 +8,8 @@ all-reduces the ranks' numbers, and ``w`` moves by a known amount, so the final 
 interrupted run must equal an uninterrupted one exactly (``expected_w``).
 
 Knobs (environment): TRAIN_STEPS (300), TRAIN_STEP_SECONDS (0.05),
-TRAIN_CHECKPOINT_EVERY (20). TRAIN_FAIL_AT=N makes rank 1 exit with code 3 at step N once,
-in the first attempt only, to show a worker failure.
+TRAIN_CHECKPOINT_EVERY (20). TRAIN_FAIL_AT=N makes rank 1 exit with code 3 at step N, once
+per checkpoint directory, to show a worker failure.
 """
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ def main() -> int:
         dist.all_reduce(value)
         w -= LR * gradient(step) * value.item() / total
         time.sleep(pause)
-        if (fail_at and step == fail_at and rank == 1 and resume.restart_count() == 0
-                and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"):
-            os._exit(3)
+        if fail_at and step == fail_at and rank == 1:
+            marker = os.path.join(checkpoints.directory, ".worker-failed-once")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(3)
         if rank != 0:
             continue
         checkpoints.mark(step)

@@ -74,6 +74,7 @@ def history(directory: str, run: str | None = None) -> History | None:
     log = [e for e in every if e.get("run") == run]
     restarts: list[Restart] = []
     final: dict[str, object] | None = None
+    trained = False  # a first_step since the last start: a second one is a worker restart
     for index, record in enumerate(log):
         kind = record.get("event")
         if kind == "end":
@@ -82,8 +83,7 @@ def history(directory: str, run: str | None = None) -> History | None:
                 continue
             later = log[index + 1:]
             start = next((e for e in later if e.get("event") == "start"), None)
-            first = next((e for e in later if e.get("event") == "first_step"
-                          and not e.get("worker_restart")), None)
+            first = next((e for e in later if e.get("event") == "first_step"), None)
             restarts.append(Restart(
                 reason=str(record.get("reason")), when=_float(record.get("time")) or 0.0,
                 job=str(record.get("job", "")), nodes=list(record.get("nodes") or []),
@@ -92,16 +92,18 @@ def history(directory: str, run: str | None = None) -> History | None:
                 resumed_from=_int(start.get("from_step")) if start else None,
                 resumed_at=_float(first.get("time")) if first else None,
                 action=str(record.get("action", ""))))
-        elif kind == "first_step" and _int(record.get("worker_restart")):
+        elif kind == "first_step" and not trained:
+            trained = True
+        elif kind == "first_step":
             step = _int(record.get("step"))
             restarts.append(Restart(
                 reason="worker_fail", when=_float(record.get("previous_time")) or 0.0,
                 job=str(record.get("job", "")), step_reached=_int(record.get("previous_step")),
                 resumed_from=None if step is None else step - 1,
                 resumed_at=_float(record.get("time")),
-                action=f"torchrun restarted the workers ({record.get('worker_restart')})"))
+                action="torchrun restarted the workers in place"))
         elif kind == "start":
-            final = None
+            final, trained = None, False
     return History(run=run, restarts=restarts, final=final)
 
 

@@ -223,22 +223,28 @@ class Supervisor:
         self._ask_checkpoint()
         _say(f"time limit in {left if left is not None else '?'} s: asked for a checkpoint")
         deadline = asked + max(5.0, self.o.grace - 20.0 - STOP_WAIT)
+        # Wait for a checkpoint newer than the request's: the program keeps training while
+        # it answers, so "the last checkpoint covers the last step" would be a race.
         while time.time() < deadline and self.proc and self.proc.poll() is None:
-            latest, reached = self._latest_step(), self._reached()
-            if latest is not None and (before is None or latest > before or
-                                       (reached is not None and latest >= reached)):
+            latest = self._latest_step()
+            if latest is not None and (before is None or latest > before):
                 break
             time.sleep(0.2)
+        answered = time.time()
         # A program whose last checkpoint is its final step is about to exit by itself:
-        # give it a moment, so that a finished run is not requeued.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            if self.proc:
-                self.proc.wait(timeout=min(FINISH_WAIT, max(0.0, deadline - time.time())))
+        # while it trains no further, give it a moment, so a finished run is not requeued.
+        saved = self._latest_step()
+        until = answered + FINISH_WAIT
+        while self.proc and self.proc.poll() is None and time.time() < until:
+            reached = self._reached()
+            if reached is not None and saved is not None and reached > saved:
+                break  # still training: stop it now
+            time.sleep(0.1)
         if self.proc and self.proc.poll() is not None:
             return self._exited(self.proc.returncode)  # it finished (or failed) on its own
         self._stop_child()
         step, reached = self._latest_step(), self._reached()
-        waited = time.time() - asked
+        waited = answered - asked
         return self._continue_or_stop("timeout", f"checkpoint at step {step} after {waited:.1f}"
                                       f" s (step {reached} reached)", step_reached=reached,
                                       checkpoint_step=step, seconds_to_checkpoint=waited)

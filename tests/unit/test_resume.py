@@ -200,6 +200,9 @@ for step in range(start + 1, steps + 1):
             time.sleep(float(os.environ.get("CHILD_HOLD", "60")))  # the supervisor stops us
     if exit_code and step == 20:
         sys.exit(exit_code)
+if steps < 100000:
+    ck.save(steps, lambda d: open(os.path.join(d, "s"), "w").write("last"))
+time.sleep(float(os.environ.get("CHILD_TAIL", "0")))  # tearing down, training no more
 """
 
 
@@ -279,9 +282,9 @@ def test_the_warning_gets_a_checkpoint_then_a_requeue(tmp_path: Path) -> None:
 
 def test_a_program_that_finishes_during_the_grace_period_is_not_requeued(
         tmp_path: Path) -> None:
-    h = Harness(tmp_path, CHILD_STEPS="60", CHILD_HOLD="0")
+    h = Harness(tmp_path, CHILD_STEPS="60", CHILD_HOLD="0", CHILD_TAIL="2")
     proc = h.start("--events", "timeout")
-    h.wait_for_progress(40)
+    h.wait_for_progress(60)  # the last step: the program saves it and tears down
     proc.send_signal(signal.SIGUSR2)
     rc, out = finish(proc)
     assert rc == 0 and h.events()[-1]["reason"] == "finished", out
