@@ -16,6 +16,8 @@ _LAZY = {
     "render_launch": "slurmfabric.render:render_launch",
     "load_config": "slurmfabric.config:load_config",
     "JobConfig": "slurmfabric.config:JobConfig",
+    "submit_job": "slurmfabric.jobs:submit_job",
+    "Job": "slurmfabric.jobs:Job",
 }
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nccl-log": ("nccl_log", "check NCCL_DEBUG=INFO logs for socket fallback, GDR, errors"),
     "nccl-tests": ("nccl_tests", "parse nccl-tests output and compare with the fabric"),
     "pairs": ("pairs", "node-pair bandwidth sweep: submit and report the slow node"),
+    "jobs": ("jobs", "follow submitted jobs: status, logs, wait, cancel, list; why one failed"),
     "resume": ("resume", "supervise a job that survives timeouts, preemption and failures; "
                "its restart history"),
     "ib": ("ib", "InfiniBand fabric audit with infiniband-diags (audit, links)"),

@@ -6,8 +6,10 @@ with the reason, and a CI run that executed none of them fails at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,12 +27,22 @@ from testbed_cluster import Cluster  # noqa: E402 - found through the path set j
 
 _STATE = {"started_here": False, "cluster_tests_run": 0}
 
+# Jobs the tests submit are recorded in a scratch directory, not the user's own (set before
+# any fixture copies the environment for the testbed's commands).
+os.environ["SLURMFABRIC_JOBS_DIR"] = tempfile.mkdtemp(prefix="slurmfabric-job-records-")
+
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
     testbed = Testbed.from_state(default_state_dir())
     if not testbed.running():
         _STATE["started_here"] = True
+        # Like a site: slurmdbd on MariaDB, so sacct and job history work (jobs tests).
+        testbed = Testbed(dataclasses.replace(testbed.s, accounting=True))
+    elif not testbed.s.accounting:
+        pytest.fail("the running testbed has no accounting, which the cluster tests need: "
+                    "run 'slurmfabric testbed down' and let the tests start it",
+                    pytrace=False)
     try:
         if not _STATE["started_here"]:
             testbed.resume_all()  # an earlier session may have left a node drained

@@ -59,7 +59,12 @@ def main(argv: list[str]) -> int:
         return 0
     job_id = submit.submit(request)
     print(job_id, flush=True)
-    if not args.wait or args.test_only:
+    if args.test_only:
+        return 0
+    from slurmfabric.jobs import record_for
+
+    record_for(config, job_id, request.script, args.workdir)
+    if not args.wait:
         return 0
     if config.launcher.resume.enabled:
         return _wait_resumable(job_id, args.timeout, config, args.workdir)
@@ -97,4 +102,8 @@ def _wait_and_show(job_id: str, timeout: float) -> int:
     out_path = record.get("StdOut", "")
     print(f"job {job_id} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
     sys.stdout.write(slurmcmd.read_output_file(out_path))
+    if state != "COMPLETED":
+        from slurmfabric.jobs import Job
+
+        print(Job(job_id).summary().text())
     return 0 if state == "COMPLETED" else 1

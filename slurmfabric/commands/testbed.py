@@ -7,9 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurmfabric.commands._args import number
+from slurmfabric.errors import UsageError
 from slurmfabric.testbed import Settings, Testbed, default_state_dir
 
-UP_OPTIONS = ("nodes", "prefix", "cpus", "ctld_port", "node_port_base", "addr_prefix")
+UP_OPTIONS = ("nodes", "prefix", "cpus", "ctld_port", "node_port_base", "addr_prefix",
+              "accounting")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"first slurmd port; node i uses base+i (up; default {d.node_port_base})")
     p.add_argument("--addr-prefix",
                    help=f"node i gets address PREFIX<i+1> (up; default {d.addr_prefix})")
+    p.add_argument("--accounting", action="store_const", const=True, default=None,
+                   help="also run slurmdbd on a private MariaDB, so sacct works (up; needs "
+                   "the slurmdbd and mariadb-server packages)")
     p.add_argument("--timeout", type=number(0, 3600, low_open=True),
                    default=60, help="seconds to wait for idle nodes")
     return p
@@ -47,6 +52,9 @@ def main(argv: list[str]) -> int:
     if args.action == "up":
         saved = Testbed.from_state(state_dir)
         if saved.running():  # reattach: never reconfigure a live cluster silently
+            if args.accounting and not saved.s.accounting:
+                raise UsageError("the testbed is running without accounting",
+                                 hint="run 'slurmfabric testbed down', then 'up --accounting'")
             saved.up(timeout=args.timeout)
             return 0
         given = {key: getattr(args, key) for key in UP_OPTIONS if getattr(args, key) is not None}

@@ -263,8 +263,20 @@ class LauncherSection(Section):
     mpirun: str = "mpirun"
     srun_args: list[str] = Field(default_factory=list)
     mpirun_args: list[str] = Field(default_factory=list)
+    # One output file per srun task of the launch step (srun --output; %t is the task,
+    # %j the job, %x its name), so 'slurmfabric jobs logs --rank N' finds a rank's lines.
+    task_output: Optional[str] = None
     nccl_tests: NcclTests = Field(default_factory=NcclTests)
     resume: ResumeSection = Field(default_factory=ResumeSection)
+
+    @field_validator("task_output")
+    @classmethod
+    def _task_output(cls, value: Optional[str]) -> Optional[str]:
+        _sbatch_word(value, "task_output")
+        if value is not None and "%t" not in value:
+            raise ValueError(f"task_output {value!r} has no %t, so every task would write "
+                             "the same file; accepted: a pattern with %t, e.g. '%x-%j-%t.out'")
+        return value
 
     @field_validator("slurmfabric", "torchrun", "mpirun", "slurmfabric_module")
     @classmethod

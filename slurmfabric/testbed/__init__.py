@@ -21,12 +21,16 @@ from pathlib import Path
 from slurmfabric import slurmcmd
 from slurmfabric.errors import SlurmfabricError
 from slurmfabric.testbed.config import (
+    DB_NAME,
+    DB_PASSWORD,
+    DB_USER,
     Settings,
     current_block,
     default_state_dir,
     hosts_block,
     merge_hosts,
     render_cgroup_conf,
+    render_dbd_conf,
     render_slurm_conf,
     write_extra_conf,
 )
@@ -42,6 +46,7 @@ from slurmfabric.testbed.procs import (
 )
 
 APT_PACKAGES = ("slurm-wlm", "munge")
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server")
 
 
 class TestbedError(SlurmfabricError):
@@ -82,27 +87,31 @@ class Testbed:
     # -- install -------------------------------------------------------------------------
 
     @staticmethod
-    def missing_binaries() -> list[str]:
-        return [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not which(b)]
+    def missing_binaries(accounting: bool = False) -> list[str]:
+        names = ["munged", "slurmctld", "slurmd", "sbatch"]
+        if accounting:
+            names += ["slurmdbd", "mariadbd", "mariadb-install-db", "sacct"]
+        return [b for b in names if not which(b)]
 
     def ensure_installed(self, log=print) -> None:
-        missing = self.missing_binaries()
+        missing = self.missing_binaries(self.s.accounting)
         if not missing:
             return
-        command = "apt-get update && apt-get install -y " + " ".join(APT_PACKAGES)
+        packages = (*APT_PACKAGES, *(ACCOUNTING_PACKAGES if self.s.accounting else ()))
+        command = "apt-get update && apt-get install -y " + " ".join(packages)
         if os.geteuid() != 0:
             raise TestbedError(
                 f"missing {', '.join(missing)}",
                 hint=f"as root run: {command}",
             )
-        log(f"installing {' '.join(APT_PACKAGES)} with apt-get ...")
+        log(f"installing {' '.join(packages)} with apt-get ...")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         for cmd in (["apt-get", "update", "-qq"],
-                    ["apt-get", "install", "-y", "-qq", *APT_PACKAGES]):
+                    ["apt-get", "install", "-y", "-qq", *packages]):
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise TestbedError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-        still = self.missing_binaries()
+        still = self.missing_binaries(self.s.accounting)
         if still:
             raise TestbedError(f"still missing after apt-get: {', '.join(still)}")
 
@@ -143,7 +152,8 @@ class Testbed:
         return alive
 
     def expected_keys(self) -> list[str]:
-        return ["munged", "slurmctld", *(f"slurmd:{n}" for n in self.s.node_names)]
+        accounting = ["mariadbd", "slurmdbd"] if self.s.accounting else []
+        return ["munged", *accounting, "slurmctld", *(f"slurmd:{n}" for n in self.s.node_names)]
 
     # -- up / down -----------------------------------------------------------------------
 
@@ -166,6 +176,8 @@ class Testbed:
             pids["munged"] = self._start_munged()
             self._write_pids(pids)
             wait_for(lambda: self.s.munge_socket.exists(), 10, "munged socket")
+        if self.s.accounting:
+            self._start_accounting(pids, fresh="slurmctld" not in pids)
         if "slurmctld" not in pids:
             # -c: a testbed starts clean, so no drained node or old job survives a restart.
             pids["slurmctld"] = self._spawn(
@@ -186,7 +198,8 @@ class Testbed:
     def down(self, log=print, timeout: float = 15) -> list[str]:
         """Stop the recorded daemons (slurmd first, munged last). Removes no files."""
         alive = self.running()
-        order = sorted(alive, key=lambda k: ("slurmd" not in k, k == "munged"))
+        rank = {"slurmctld": 1, "slurmdbd": 2, "mariadbd": 3, "munged": 4}
+        order = sorted(alive, key=lambda k: rank.get(k, 0))  # slurmd first, munged last
         for key in order:
             send_signal(alive[key], signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -280,6 +293,9 @@ class Testbed:
     def _write_files(self) -> None:
         self.s.conf_path.write_text(render_slurm_conf(self.s))
         self.s.cgroup_conf_path.write_text(render_cgroup_conf(slurmd_version()))
+        if self.s.accounting:
+            self.s.dbd_conf_path.write_text(render_dbd_conf(self.s))
+            os.chmod(self.s.dbd_conf_path, 0o600)  # slurmdbd refuses a readable one
         if not self.s.extra_conf_path.exists():
             write_extra_conf(self.s, "")
         self._save_settings()
@@ -314,6 +330,53 @@ class Testbed:
         with open(hosts, "w") as handle:
             handle.write(merge_hosts(current, block))
         log(f"/etc/hosts: {len(self.s.node_names)} testbed names written")
+
+    def _start_accounting(self, pids: dict[str, int], fresh: bool) -> None:
+        """A private MariaDB on 127.0.0.1 and slurmdbd on it, so sacct works as on a site.
+
+        A fresh start (no slurmctld running, which then starts with -c and numbers jobs
+        from 1 again) also starts the accounting database empty, so a job id never means
+        two jobs in sacct."""
+        s = self.s
+        data = s.db_dir / "data"
+        if not (data / "mysql").is_dir():
+            data.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.run(
+                ["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                 "--auth-root-authentication-method=socket", "--skip-test-db"],
+                capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise TestbedError(f"mariadb-install-db failed: {proc.stderr.strip()[-400:]}")
+        if "mariadbd" not in pids:
+            pids["mariadbd"] = self._spawn(
+                ["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={s.db_socket}",
+                 f"--port={s.db_port}", "--bind-address=127.0.0.1", "--user=root",
+                 f"--pid-file={s.db_dir / 'mariadbd.pid'}",
+                 f"--log-error={s.state_dir / 'log' / 'mariadb.log'}"], "mariadbd")
+            self._write_pids(pids)
+            wait_for(lambda: s.db_socket.exists(), 30, "MariaDB socket")
+        grants = [f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY "
+                  f"'{DB_PASSWORD}'", f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1'"]
+        if fresh and "slurmdbd" not in pids:
+            grants.append(f"DROP DATABASE IF EXISTS {DB_NAME}")
+        proc = subprocess.run(["mariadb", "--no-defaults", f"--socket={s.db_socket}", "-u",
+                               "root", "-e", "; ".join(grants)], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise TestbedError(f"MariaDB setup failed: {proc.stderr.strip()[-400:]}")
+        if "slurmdbd" not in pids:
+            pids["slurmdbd"] = self._spawn(["slurmdbd", "-D"], "slurmdbd")
+            self._write_pids(pids)
+            wait_for(self._dbd_answers, 60, "slurmdbd")
+            proc = subprocess.run(["sacctmgr", "-i", "add", "cluster", s.cluster_name],
+                                  capture_output=True, text=True, env=self.env())
+            if proc.returncode != 0 and "already exists" not in proc.stdout + proc.stderr:
+                raise TestbedError(f"sacctmgr add cluster failed: {proc.stderr.strip()}")
+
+    def _dbd_answers(self) -> bool:
+        proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
+                              capture_output=True, text=True, env=self.env(), timeout=20)
+        return proc.returncode == 0
 
     def _start_munged(self) -> int:
         d = self.s.state_dir / "munge"

@@ -37,6 +37,10 @@ class Settings:
     ctld_port: int = 16817
     node_port_base: int = 16901
     addr_prefix: str = "127.0.77."
+    # Job accounting through slurmdbd and a private MariaDB, like a real site (sacct).
+    accounting: bool = False
+    dbd_port: int = 16819
+    db_port: int = 16830
 
     @property
     def node_names(self) -> list[str]:
@@ -70,6 +74,47 @@ class Settings:
     @property
     def pids_path(self) -> Path:
         return self.state_dir / "pids.json"
+
+    @property
+    def dbd_conf_path(self) -> Path:
+        """slurmdbd reads slurmdbd.conf beside slurm.conf (it must be mode 0600)."""
+        return self.state_dir / "etc" / "slurmdbd.conf"
+
+    @property
+    def db_dir(self) -> Path:
+        return self.state_dir / "mysql"
+
+    @property
+    def db_socket(self) -> Path:
+        return self.db_dir / "mysqld.sock"
+
+
+DB_NAME = "slurm_acct_db"
+DB_USER = "slurm"
+DB_PASSWORD = "slurmfabric-testbed"  # a private database on 127.0.0.1 only
+
+
+def render_dbd_conf(s: Settings) -> str:
+    """slurmdbd.conf (slurmdbd.conf(5)): MariaDB over 127.0.0.1, munge on our socket."""
+    host = socket.gethostname().split(".")[0]
+    d = s.state_dir
+    return "\n".join([
+        "# Written by 'slurmfabric testbed up --accounting'.",
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={s.munge_socket}",
+        f"DbdHost={host}",  # slurmdbd refuses to start on a host DbdHost does not name
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={s.dbd_port}",
+        "SlurmUser=root",
+        f"PidFile={d}/run/slurmdbd.pid",
+        f"LogFile={d}/log/slurmdbd.log",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        f"StoragePort={s.db_port}",
+        f"StorageUser={DB_USER}",
+        f"StoragePass={DB_PASSWORD}",
+        f"StorageLoc={DB_NAME}",
+    ]) + "\n"
 
 
 def render_slurm_conf(s: Settings) -> str:
@@ -109,7 +154,14 @@ def render_slurm_conf(s: Settings) -> str:
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "MpiDefault=none",
-        "AccountingStorageType=accounting_storage/none",
+        *([
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={s.dbd_port}",
+            # Connections to slurmdbd take their munge socket from here, not from AuthInfo
+            # (slurm.conf(5) AccountingStoragePass).
+            f"AccountingStoragePass={s.munge_socket}",
+        ] if s.accounting else ["AccountingStorageType=accounting_storage/none"]),
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
         # 24.11 logs "Configured MailProg is invalid" when no mail(1) is installed.

@@ -70,6 +70,17 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric ib audit --baseline /var/lib/slurmfabric/fabric.json --prom"
     " /var/lib/node_exporter/fabric.prom --drain":
         "tests/sim/test_ibaudit_sim.py::test_injected_faults_are_exactly_the_findings",
+    "slurmfabric jobs list": "tests/unit/test_jobs.py::test_cli_cancel_and_list_json",
+    "slurmfabric jobs status 1234 [--json]":
+        "tests/cluster/test_jobs_cluster.py::test_the_summary_names_the_rank_its_node_and_exit_7",
+    "slurmfabric jobs logs 1234 --rank 3 --tail 50":
+        "tests/cluster/test_jobs_cluster.py::test_follow_one_rank_while_the_job_runs",
+    "slurmfabric jobs logs 1234 --rank 3 --follow":
+        "tests/cluster/test_jobs_cluster.py::test_follow_one_rank_while_the_job_runs",
+    "slurmfabric jobs wait 1234":
+        "tests/cluster/test_jobs_cluster.py::test_the_summary_names_the_rank_its_node_and_exit_7",
+    "slurmfabric jobs cancel 1234 [--signal USR2]":
+        "tests/cluster/test_jobs_cluster.py::test_cancel_then_wait_says_cancelled",
     "slurmfabric ib links --node gpu017":
         "tests/sim/test_ibaudit_sim.py::test_links_for_one_node_and_local_ibstat",
 }

@@ -1,0 +1,112 @@
+"""``slurmfabric jobs status|logs|wait|cancel|list``: follow what ``submit`` started.
+
+    slurmfabric jobs status JOB [--json]     state, reason, nodes, elapsed, restarts; why it failed
+    slurmfabric jobs logs JOB [--rank N] [--tail N] [--follow]
+    slurmfabric jobs wait JOB [--timeout S]  exit 0 only when the job COMPLETED
+    slurmfabric jobs cancel JOB [--signal SIG]
+    slurmfabric jobs list [--json]           the jobs submit recorded
+
+JOB is ``123``, ``123;cluster``, ``123_4`` (array task) or ``123+1`` (het component).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+
+from slurmfabric.commands._args import number
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slurmfabric jobs",
+                                description="follow jobs after submit: status, logs, wait, "
+                                "cancel, list, and why a job failed")
+    sub = p.add_subparsers(dest="action", required=True)
+    status = sub.add_parser("status", help="state, reason, nodes, elapsed; the failure summary")
+    status.add_argument("job")
+    status.add_argument("--json", action="store_true")
+    logs = sub.add_parser("logs", help="the job's output, or one rank's (launcher.task_output)")
+    logs.add_argument("job")
+    logs.add_argument("--rank", type=number(0, 10**7, integer=True))
+    logs.add_argument("--tail", type=number(1, 10**7, integer=True))
+    logs.add_argument("--follow", action="store_true", help="keep printing new lines until "
+                      "the job ends")
+    wait = sub.add_parser("wait", help="wait for the end; exit 0 only when COMPLETED")
+    wait.add_argument("job")
+    wait.add_argument("--timeout", type=number(0, 10**7, low_open=True), default=3600)
+    wait.add_argument("--json", action="store_true")
+    cancel = sub.add_parser("cancel", help="scancel the job (or send it a signal)")
+    cancel.add_argument("job")
+    cancel.add_argument("--signal", help="send this signal instead of cancelling, e.g. USR2")
+    listing = sub.add_parser("list", help="the jobs submit recorded, newest last")
+    listing.add_argument("--json", action="store_true")
+    return p
+
+
+def _report(job, status, as_json: bool) -> int:
+    summary = job.summary() if status.done and status.state != "COMPLETED" else None
+    if as_json:
+        data = asdict(status)
+        data["summary"] = summary.to_dict() if summary else None
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(f"job {status.job_id}: {status.state}"
+              + (f" ({status.reason})" if status.reason not in ("", "None") else "")
+              + (f" on {status.nodes}" if status.nodes else "")
+              + (f", elapsed {status.elapsed}" if status.elapsed else "")
+              + (f", restarts {status.restarts}" if status.restarts else "")
+              + (f", exit {status.exit_code}" if status.exit_code else "")
+              + (" [from accounting]" if status.source == "sacct" else ""))
+        if summary is not None:
+            print(summary.text())
+    return 0
+
+
+def _follow(job, rank) -> int:
+    path, seen = job.log_path(rank), 0
+    while True:
+        from slurmfabric import slurmcmd
+
+        text = slurmcmd.read_output_file(path)
+        if len(text) > seen:
+            sys.stdout.write(text[seen:])
+            sys.stdout.flush()
+            seen = len(text)
+        if job.status().done:
+            rest = slurmcmd.read_output_file(path)[seen:]
+            sys.stdout.write(rest)
+            return 0
+        time.sleep(0.5)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from slurmfabric.jobs import Job, load_records
+
+    if args.action == "list":
+        records = load_records()
+        if args.json:
+            print(json.dumps([asdict(r) for r in records], indent=2, sort_keys=True))
+            return 0
+        for r in records:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.submitted))
+            print(f"{r.key:<14} {stamp}  {r.name:<24} {r.workdir}")
+        return 0
+    job = Job.from_text(args.job)
+    if args.action == "status":
+        return _report(job, job.status(), args.json)
+    if args.action == "wait":
+        status = job.wait(timeout=args.timeout)
+        _report(job, status, args.json)
+        return 0 if status.state == "COMPLETED" else 1
+    if args.action == "cancel":
+        job.cancel(args.signal)
+        print(f"job {job.job_id}: " + (f"sent {args.signal}" if args.signal else "cancelled"))
+        return 0
+    if args.follow:
+        return _follow(job, args.rank)
+    sys.stdout.write(job.logs(rank=args.rank, tail=args.tail))
+    return 0
