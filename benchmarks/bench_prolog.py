@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "health"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "topology"))  # helpers imports nodes
 sys.path.insert(0, str(ROOT / "tests"))
 from helpers import NVML_FAKE, h100_tree, hgx_node, write_config  # noqa: E402
 

@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from slurmfabric.health import gpu, node, rdma
+from slurmfabric.health import gpu, node, rdma, xid
 from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, ProbeError, worst
 from slurmfabric.health.probe import run_command
 from slurmfabric.health.siteconfig import SiteConfig
+from slurmfabric.health.state import safe_name
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class RunResult:
 
 def registry() -> list[CheckSpec]:
     specs = []
-    for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS)):
+    for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("kmsg", xid.CHECKS)):
         for name, (func, on_error, hooks) in table.items():
             specs.append(CheckSpec(name, fact, func, on_error, hooks))
     facts = {"node.memory": "meminfo", "node.disk": "disks", "node.leftovers": "leftovers"}
@@ -91,6 +92,9 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str]) -> dict[str, Ca
         "rdma": lambda t: rdma.collect(root),
         "meminfo": lambda t: node.collect_meminfo(root),
         "disks": lambda t: node.collect_disks(list(expect.get("disks") or {})),
+        # One cursor per node name: virtual nodes of one host keep apart.
+        "kmsg": lambda t: xid.collect(str(expect.get("kmsg_source") or "/dev/kmsg"), str(
+            cfg.state_dir / f"kmsg-cursor.{safe_name(ctx.node)}")),
         "leftovers": lambda t: node.collect_leftovers(
             ctx.job_id, list(expect.get("leftover_ignore") or []), ctx.node),
     }
@@ -159,6 +163,7 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
     started, begin = time.time(), time.monotonic()
     specs = registry() + [_site_command_spec(e) for e in cfg.expect.get("commands") or []]
     gates = {"gpu": gpu.enabled(cfg.expect), "rdma": rdma.enabled(cfg.expect),
+             "kmsg": gpu.enabled(cfg.expect),
              "disks": bool(cfg.expect.get("disks")),
              "leftovers": bool(ctx.job_id)}
     specs = [s for s in specs if gates.get(s.fact, True) and _active(s, cfg, ctx)]

@@ -83,6 +83,9 @@ NODE_DEFAULTS: dict[str, Any] = {
     "disks": {},  # path -> minimum free GB
     "leftover_ignore": [],  # process names never counted as leftovers
     "commands": [],  # [{name, argv, hooks, timeout_s}] site probes: exit 0 = healthy
+    "kmsg_source": "/dev/kmsg",  # the kernel log gpu.xid reads (a recorded stream in tests)
+    "xid_drain": [],  # Xids that drain whatever NVIDIA's catalog says (gpu.xid)
+    "xid_ignore": [],  # Xids that never drain or warn
 }
 
 # [runner] keys whose value is one of a fixed set (checked at load, with the choices).
@@ -246,6 +249,12 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
     if key in STRING_LISTS:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return bad(f"{key} should be a list of strings, got {_one_line(repr(value))[:80]}")
+        return value
+    if key in ("xid_drain", "xid_ignore"):
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 < v < 10000 for v in value):
+            return bad(f"{key} should be a list of Xid numbers like [79, 48], got "
+                       f"{_one_line(repr(value))[:80]}")
         return value
     if key in NUMBER_MAPS:
         if not isinstance(value, dict):

@@ -1,0 +1,229 @@
+"""Xid errors in the kernel log (``gpu.xid``): new NVIDIA driver errors since the last run.
+
+The NVIDIA driver logs each GPU error as ``NVRM: Xid (PCI:0000:2b:00): 79, <text>`` in the
+kernel log. This check reads the records of ``/dev/kmsg`` (or a recorded stream in the same
+format, ``kmsg_source`` in the site config) newer than a cursor kept in the state directory,
+so each message is judged once and a node is never drained twice for it. Each Xid is judged
+by the "Resolution Bucket (Immediate Action)" of NVIDIA's Xid catalog
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, read 2026-12-01; a
+copy with sources is in tests/fixtures/health/xid/). Actions that need the GPU reset, the
+node rebooted or support drain the node. Application errors (RESTART_APP: 13, 31, 43, ...)
+and IGNORE only warn. Sites override with ``xid_drain``/``xid_ignore``.
+
+/dev/kmsg record format (the kernel's Documentation/ABI/testing/dev-kmsg): one record per
+read(2), ``<priority>,<sequence>,<timestamp_us>,<flags>[,...];<message>``, with continuation
+lines starting with a space. EPIPE means that records were overwritten; reading again goes on
+with the oldest record still there. Standard library only: this runs in the prolog.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, ProbeError
+
+# Xid -> (mnemonic, NVIDIA's immediate action), from the catalog named above.
+CATALOG: dict[int, tuple[str, str]] = {
+    8: ("ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "RESTART_APP"),
+    13: ("ROBUST_CHANNEL_GR_EXCEPTION", "RESTART_APP"),
+    31: ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "RESTART_APP"),
+    32: ("ROBUST_CHANNEL_PBDMA_ERROR", "RESTART_APP"),
+    38: ("ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", "IGNORE"),
+    43: ("ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "IGNORE"),
+    45: ("ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "WORKFLOW_XID_45"),
+    46: ("ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "RESET_GPU"),
+    48: ("ROBUST_CHANNEL_GPU_ECC_DBE", "WORKFLOW_XID_48"),
+    56: ("DISPLAY_CHANNEL_EXCEPTION", "CONTACT_SUPPORT"),
+    57: ("FB_LINK_TRAINING_FAILURE_ERROR", "CONTACT_SUPPORT"),
+    58: ("FB_MEMORY_ERROR", "CONTACT_SUPPORT"),
+    61: ("PMU_BREAKPOINT", "CONTACT_SUPPORT"),
+    62: ("PMU_HALT_ERROR", "RESET_GPU"),
+    63: ("INFOROM_DRAM_RETIREMENT_EVENT", "IGNORE"),
+    64: ("INFOROM_DRAM_RETIREMENT_FAILURE", "RESET_GPU"),
+    65: ("ROBUST_CHANNEL_NVENC1_ERROR", "CONTACT_SUPPORT"),
+    68: ("ROBUST_CHANNEL_NVDEC0_ERROR", "RESTART_APP"),
+    69: ("ROBUST_CHANNEL_GR_CLASS_ERROR", "RESTART_APP"),
+    73: ("ROBUST_CHANNEL_NVENC2_ERROR", "CONTACT_SUPPORT"),
+    74: ("NVLINK_ERROR", "WORKFLOW_NVLINK_ERR"),
+    79: ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM"),
+    80: ("PBDMA_PUSHBUFFER_CRC_MISMATCH", "RESTART_APP"),
+    81: ("ROBUST_CHANNEL_VGA_SUBSYSTEM_ERROR", "CONTACT_SUPPORT"),
+    92: ("EXCESSIVE_SBE_INTERRUPTS", "IGNORE"),
+    94: ("ROBUST_CHANNEL_CONTAINED_ERROR", "RESTART_APP"),
+    95: ("ROBUST_CHANNEL_UNCONTAINED_ERROR", "RESET_GPU"),
+    109: ("ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "RESET_GPU"),
+    110: ("SEC_FAULT_ERROR", "RESET_GPU"),
+    119: ("GSP_RPC_TIMEOUT", "RESET_GPU"),
+    120: ("GSP_ERROR", "RESET_GPU"),
+    121: ("C2C_ERROR", "IGNORE"),
+    136: ("ALI_TRAINING_FAIL", "RESET_GPU"),
+    137: ("NVLINK_PRIV_ERR", "IGNORE"),
+    140: ("UNRECOVERABLE_ECC_ERROR_ESCAPE", "RESET_GPU"),
+    143: ("GPU_INIT_ERROR", "RESET_GPU"),
+    144: ("NVLINK_SAW_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    145: ("NVLINK_RLW_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    146: ("NVLINK_TLW_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    147: ("NVLINK_TREX_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    148: ("NVLINK_NVLPW_CTRL_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    149: ("NVLINK_NETIR_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    150: ("NVLINK_MSE_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    151: ("ROBUST_CHANNEL_KEY_ROTATION_ERROR", "RESTART_VM"),
+    154: ("GPU_RECOVERY_ACTION_CHANGED", "XID_154"),
+    155: ("NVLINK_SW_DEFINED_ERROR", "RESET_GPU"),
+    156: ("RESOURCE_RETIREMENT_EVENT", "RESET_GPU"),
+    157: ("RESOURCE_RETIREMENT_FAILURE", "IGNORE"),
+    158: ("GPU_FATAL_TIMEOUT", "RESET_GPU"),
+    159: ("ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "CHECK_UVM"),
+}
+# Immediate actions that mean the node cannot take the next job as it is.
+DRAIN_ACTIONS = frozenset({"RESET_GPU", "RESTART_BM", "RESTART_VM", "CONTACT_SUPPORT",
+                           "WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_XID_48",
+                           "CHECK_MECHANICALS"})
+
+# "NVRM: Xid (PCI:0000:2b:00): 79, ..." (and the older "(0000:01:00): 3, ...", and MIG's
+# "(PCI:0000:01:00 GPU-I:05): 94, ..."). The first number after "): " is the Xid: a later
+# "caused by previous Xid 149" is text.
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
+                  r"(?:\.[0-9A-Fa-f])?(?: [^()]{1,40})?\): (?P<xid>[0-9]{1,4}),? ?(?P<text>.*)")
+_RECORD = re.compile(r"^(?P<pri>[0-9]{1,9}),(?P<seq>[0-9]{1,20}),(?P<us>[0-9]{1,20}),[^;]{0,64};")
+MAX_RECORDS = 200_000  # a ring buffer holds far fewer; more means the source is not kmsg
+
+
+def parse_record(text: str) -> tuple[int, int, str] | None:
+    """One /dev/kmsg record -> (sequence, microseconds since boot, message), else None."""
+    match = _RECORD.match(text)
+    if not match:
+        return None
+    message = text[match.end():].split("\n", 1)[0]  # continuation lines are key=value
+    return int(match.group("seq")), int(match.group("us")), message
+
+
+def parse_xid(message: str) -> dict[str, object] | None:
+    match = _XID.search(message[:4096])
+    if not match:
+        return None
+    return {"xid": int(match.group("xid")), "pci": match.group("pci").lower(),
+            "text": match.group("text").strip()[:200]}
+
+
+def _records(source: str) -> tuple[list[str], int]:
+    """The records of a kmsg device (one per read, non-blocking) or of a recorded file."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ProbeError(f"cannot read the kernel log {source}: {exc.strerror or exc}") \
+            from None
+    out: list[str] = []
+    lost = 0
+    try:
+        if not os.path.isfile(source):  # the device: one record per read
+            while len(out) < MAX_RECORDS:
+                try:
+                    chunk = os.read(fd, 16384)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:  # overwritten before we read them
+                        lost += 1
+                        continue
+                    raise ProbeError(f"reading {source}: {exc.strerror or exc}") from None
+                if not chunk:
+                    break
+                out.append(chunk.decode("utf-8", "replace"))
+        else:
+            data = b""
+            while len(data) < 64 * 1024 * 1024:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+            out = [line for line in data.decode("utf-8", "replace").splitlines()
+                   if line and not line.startswith(" ")][:MAX_RECORDS]
+    finally:
+        os.close(fd)
+    return out, lost
+
+
+def collect(source: str, cursor_path: str) -> dict[str, object]:
+    """New Xid messages since the cursor; the cursor moves past everything read.
+
+    The first run on a node has no cursor: it starts at the end of the log and reports what
+    it skipped as history, so an old, already handled Xid never drains a node."""
+    records, lost = _records(source)
+    try:
+        with open(cursor_path) as handle:
+            text = handle.read(64).strip()
+        cursor: int | None = int(text) if text.isdigit() else None
+    except OSError:
+        cursor = None
+    parsed = [record for record in map(parse_record, records) if record is not None]
+    newest = max((seq for seq, _, _ in parsed), default=None)
+    note = ""
+    if cursor is not None and newest is not None and newest < cursor:
+        cursor, note = -1, "the log restarted (a reboot): every record is new"
+    events, history = [], 0
+    for seq, us, message in parsed:
+        if cursor is not None and seq <= cursor:
+            continue
+        xid = parse_xid(message)
+        if xid is None:
+            continue
+        if cursor is None:
+            history += 1
+            continue
+        events.append({**xid, "seq": seq, "us": us})
+    last = newest if newest is not None else max(cursor or 0, 0)
+    os.makedirs(os.path.dirname(cursor_path) or ".", exist_ok=True)
+    tmp = f"{cursor_path}.{os.getpid()}"
+    with open(tmp, "w") as handle:
+        handle.write(f"{last}\n")
+    os.replace(tmp, cursor_path)
+    return {"events": events, "first_run": cursor is None, "history": history, "lost": lost,
+            "note": note}
+
+
+def _action(xid: int, text: str, expect: dict) -> tuple[str, bool]:
+    """(NVIDIA's action or 'unknown', drains?) with the site's overrides."""
+    if xid in {int(x) for x in expect.get("xid_ignore") or []}:
+        return "site: xid_ignore", False
+    if xid in {int(x) for x in expect.get("xid_drain") or []}:
+        return "site: xid_drain", True
+    entry = CATALOG.get(xid)
+    if entry is None:
+        return "unknown", False
+    action = entry[1]
+    if action == "XID_154":  # "GPU recovery action changed from ... to 0x1 (GPU Reset ...)"
+        return action, "(None)" not in text.rsplit(" to ", 1)[-1]
+    return action, action in DRAIN_ACTIONS
+
+
+def check_xid(facts: dict, expect: dict, ctx) -> CheckResult:
+    """Fail on a new Xid whose catalog action needs a reset, reboot or support; warn on
+    application errors, Xids the catalog does not know, and lost records."""
+    events = list(facts.get("events") or [])
+    values: dict[str, object] = {"new_xids": len(events), "lost_records": facts.get("lost", 0)}
+    bad, warn = [], []
+    for event in events:
+        xid, pci, text = int(event["xid"]), str(event["pci"]), str(event["text"])
+        action, drains = _action(xid, text, expect)
+        name = CATALOG.get(xid, ("not in NVIDIA's catalog",))[0]
+        line = f"Xid {xid} on GPU {pci} ({name}, {action}): {text[:80]}"
+        (bad if drains else warn).append(line)
+    if facts.get("first_run") and facts.get("history"):
+        warn.append(f"first run: {facts['history']} older Xid message(s) in the kernel log "
+                    "were skipped; later runs judge new ones")
+    if facts.get("lost"):
+        warn.append(f"{facts['lost']} kernel log record(s) were overwritten before they could "
+                    "be read")
+    if bad:
+        return CheckResult("gpu.xid", FAIL, "; ".join(bad[:3]), values)
+    if warn:
+        return CheckResult("gpu.xid", WARN, "; ".join(warn[:3]), values)
+    return CheckResult("gpu.xid", OK, "", values)
+
+
+# name -> (function, default on_error, hooks). Fact key "kmsg". A kernel log that cannot be
+# read is an error of the checker, never a reason to drain (on_error "pass").
+CHECKS = {"gpu.xid": (check_xid, "pass", ("prolog", "epilog", "check"))}
