@@ -189,3 +189,58 @@ def test_breaker_holds_when_every_node_fails_at_the_same_moment(cluster: Cluster
         for name in cluster.nodes:
             for leftover in (tmp_path / f"state-{name}").glob("drain-*.json"):
                 leftover.unlink()
+
+
+def test_an_xid_in_a_nodes_kernel_log_drains_it_once(cluster: Cluster, tmp_path,
+                                                     request) -> None:
+    """Each virtual node reads its own kernel-log stream (kmsg_source, /dev/kmsg record
+    format, real messages from tests/fixtures/health/xid): an Xid 79 drains its node with
+    the exact reason, an application Xid 13 on another node does not, and the same message
+    never drains twice."""
+    _wait(lambda: _idle(cluster), 180, "an idle cluster (other tests' jobs to finish)")
+    lines = (Path(__file__).resolve().parents[1] / "fixtures" / "health" / "xid" /
+             "kmsg_lines.txt").read_text().splitlines()
+    bad, app = cluster.nodes[0], cluster.nodes[1]
+    streams = {name: tmp_path / f"kmsg-{name}" for name in cluster.nodes}
+    for stream in streams.values():
+        stream.write_text("6,1,0,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.183.01\n")
+    nodes = [{"match": ",".join(cluster.nodes), "gpus": 8, "gpu_source": "nvidia-smi",
+              "nvidia_smi": nvsmi("h100-535-healthy"), "rdma_ports": 0}]
+    nodes += [{"match": name, "kmsg_source": str(path)} for name, path in streams.items()]
+    scontrol = shutil.which("scontrol", path=cluster.env.get("PATH"))
+    cfg = write_config(tmp_path / "health.toml", tmp_path / "state", nodes, runner={
+        "slurm_bin_dir": str(Path(scontrol).parent), "probe_timeout_s": 5.0, "budget_s": 15.0})
+    hooks = tmp_path / "hooks"
+    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
+                 _slurmfabric(), "--config", str(cfg)])
+
+    def cleanup() -> None:
+        cluster.set_extra_conf("")
+        cluster.testbed.resume_all()
+
+    request.addfinalizer(cleanup)
+    cluster.set_extra_conf(f"Prolog={hooks}/slurmfabric-prolog\n")
+    pair = f"{bad},{app}"
+    first = cluster.submit("#!/bin/sh\necho ran\n", "-N", "2", "-w", pair, "-t", "5")
+    assert cluster.wait(first, timeout=120) == "COMPLETED"  # first run: cursors only
+    with open(streams[bad], "a") as handle:
+        handle.write(f"3,2,5000000,-;{lines[0]}\n SUBSYSTEM=pci\n")  # Xid 79
+    with open(streams[app], "a") as handle:
+        handle.write(f"3,2,5000000,-;{lines[9]}\n")  # Xid 13, an application error
+    second = cluster.submit("#!/bin/sh\necho ran\n", "-N", "2", "-w", pair, "-t", "5")
+    reason = _wait(lambda: cluster.node_state(bad)[1], 120, f"{bad} drained")
+    assert reason.rsplit(" [", 1)[0] == (  # Slurm adds its own [user@time] stamp
+        "slurmfabric: gpu.xid: Xid 79 on GPU 0000:2b:00 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE"
+        "_BUS, RESTART_BM): GPU has fallen off the bus.")
+    assert "DRAIN" not in cluster.node_state(app)[0]
+    # slurmctld requeues the job for the failed prolog (and would drain the node itself,
+    # "Prolog error", if it were not drained yet): let it finish before resuming the node.
+    _wait(lambda: cluster.job(second).get("Restarts", "0") != "0", 60, "the requeue")
+    cluster.run(["scancel", second])
+    assert cluster.node_state(bad)[1].startswith("slurmfabric: gpu.xid: Xid 79")  # ours kept
+    cluster.run(["scontrol", "update", f"NodeName={bad}", "State=RESUME"])
+    third = cluster.submit("#!/bin/sh\necho ran\n", "-N", "2", "-w", pair, "-t", "5")
+    assert cluster.wait(third, timeout=120) == "COMPLETED"  # the same Xid: judged once
+    for name in (bad, app):
+        state, why = cluster.node_state(name)
+        assert "DRAIN" not in state and not why, (name, state, why)
