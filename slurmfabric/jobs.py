@@ -186,8 +186,7 @@ def _ranks(text: str) -> list[int]:
 
 
 def summarize(job_id: str, state: str, exit_code: str, output: str,
-              drains: dict[str, str] | None = None,
-              rank_output: dict[int, str] | None = None) -> Summary:
+              drains: dict[str, str] | None = None) -> Summary:
     """The diagnosis of a job from Slurm's and NCCL's own lines in its output."""
     from slurmfabric.nccllog import merge, parse_log
 
@@ -215,9 +214,7 @@ def summarize(job_id: str, state: str, exit_code: str, output: str,
     s.failures.sort(key=lambda f: (f.what in consequences, f.line))
     report = merge([parse_log(lines)])
     s.nccl = [f"{p.severity} [{p.kind}] {p.message}" for p in report.problems][:20]
-    if s.first and rank_output and s.first.rank in rank_output:
-        s.tail = rank_output[s.first.rank].splitlines()[-TAIL:]
-    elif s.first:
+    if s.first:
         s.tail = [line for line in lines if line.startswith(f"{s.first.rank}: ")][-TAIL:] or \
             lines[-TAIL:]
     elif state != "COMPLETED":
@@ -335,19 +332,20 @@ class Job:
         output = slurmcmd.read_output_file(status.stdout or self._output_path())
         drains: dict[str, str] = {}
         if status.nodes:
-            try:
-                for name in _expand(status.nodes):
-                    reason = slurmcmd.node_reason(slurmcmd.node(name, env=self.env))
-                    if reason.startswith("slurmfabric:"):
-                        drains[name] = reason
+            try:  # one scontrol call for every node, not one per node of a large job
+                ours = set(_expand(status.nodes))
+                for record in slurmcmd.show("node", env=self.env):
+                    reason = slurmcmd.node_reason(record)
+                    if record.get("NodeName") in ours and reason.startswith("slurmfabric:"):
+                        drains[record["NodeName"]] = reason
             except SlurmCommandError:
                 pass
-        ranks: dict[int, str] = {}
-        if self.record is not None and self.record.task_output:
-            first = summarize(self.job_id, status.state, status.exit_code, output).first
-            if first is not None:
-                ranks[first.rank] = slurmcmd.read_output_file(self.log_path(first.rank))
-        return summarize(self.job_id, status.state, status.exit_code, output, drains, ranks)
+        s = summarize(self.job_id, status.state, status.exit_code, output, drains)
+        if s.first is not None and self.record is not None and self.record.task_output:
+            own = slurmcmd.read_output_file(self.log_path(s.first.rank))
+            if own:
+                s.tail = own.splitlines()[-TAIL:]
+        return s
 
 
 def _expand(nodes: str) -> list[str]:

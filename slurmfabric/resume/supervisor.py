@@ -132,9 +132,8 @@ class Supervisor:
         its node) gets one now, from what Slurm says about its nodes."""
         history = events.read(self.o.checkpoint_dir, self.job.run)
         starts = [e for e in history if e.get("event") == "start"]
-        if not starts or history[-1].get("event") == "end" or not self.job.restarts:
-            return
-        if any(e.get("event") == "end" for e in history[history.index(starts[-1]):]):
+        if not starts or not self.job.restarts or any(
+                e.get("event") == "end" for e in history[history.index(starts[-1]):]):
             return
         last = starts[-1]
         bad = self._bad_nodes(str(last.get("nodes", "")))
