@@ -1,7 +1,8 @@
-"""``slurmfabric health check|prolog|epilog|resume|install-hooks``.
+"""``slurmfabric health check|prolog|epilog|periodic|burn-in|resume|install-hooks``.
 
 ``prolog``/``epilog`` are what the scripts in prolog/ and epilog/ call (Slurm sets
-SLURMD_NODENAME and the job's variables). ``check`` runs the same checks by hand and prints
+SLURMD_NODENAME and the job's variables); ``periodic`` is what healthcheck/ calls as
+slurm.conf's HealthCheckProgram. ``check`` runs the same checks by hand and prints
 a table without draining. ``resume`` returns a node to service only if slurmfabric drained it
 and its checks pass again.
 """
@@ -24,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     config_help = ("site config (default: $SLURMFABRIC_HEALTH_CONFIG or "
                    "/etc/slurmfabric/health.toml)")
     for name, help_ in (("prolog", "run as Slurm Prolog= (drains and exits 1 on failure)"),
-                        ("epilog", "run as Slurm Epilog= (drains and exits 1 on failure)")):
+                        ("epilog", "run as Slurm Epilog= (drains and exits 1 on failure)"),
+                        ("periodic", "run as Slurm HealthCheckProgram= on idle and allocated "
+                         "nodes (drains by itself; no job checks)")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--config", help=config_help)
     p = sub.add_parser("check", help="run the checks now and print a table (never drains)")
@@ -34,13 +37,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--deep", action="store_true", help="also run the deep checks of a failed "
                    "job's epilog (PCIe speed strict, site commands)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead")
+    p = sub.add_parser("burn-in", help="the GPU stage of a burn-in: DCGM level 3 (or the "
+                       "site's gpu_stress_argv), judged per GPU; never drains")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--results", help="directory to write gpu-<node>.json into (the pair "
+                   "sweep's results directory)")
     p = sub.add_parser("resume", help="resume nodes slurmfabric drained once checks pass")
     p.add_argument("--config", help=config_help)
     p.add_argument("--node", help="node name or hostlist (default: this node)")
     p.add_argument("--no-check", action="store_true",
                    help="do not run the checks first (resume on the reason alone)")
-    p = sub.add_parser("install-hooks", help="write prolog/epilog scripts with absolute paths")
-    p.add_argument("dest", help="directory to write slurmfabric-prolog and slurmfabric-epilog")
+    p = sub.add_parser("install-hooks", help="write the prolog, epilog and HealthCheckProgram "
+                       "scripts with absolute paths")
+    p.add_argument("dest", help="directory to write slurmfabric-prolog, slurmfabric-epilog "
+                   "and slurmfabric-healthcheck")
     p.add_argument("--bin", default=None, help="absolute path of the slurmfabric executable "
                    "(default: the one running now)")
     p.add_argument("--config", help="bake this config path into the scripts")
@@ -127,7 +137,7 @@ def _install(args: argparse.Namespace) -> int:
     dest = Path(args.dest)
     dest.mkdir(parents=True, exist_ok=True)
     root = Path(__file__).resolve().parents[2]
-    for kind in ("prolog", "epilog"):
+    for kind in HOOK_SCRIPTS:
         template = _template(root, kind)
         text = template.replace("SLURMFABRIC_BIN=/usr/local/bin/slurmfabric",
                                 f"SLURMFABRIC_BIN={_shell_word(exe)}")
@@ -139,6 +149,10 @@ def _install(args: argparse.Namespace) -> int:
         target.chmod(0o755)
         print(target)
     return 0
+
+
+# The script directories of the source tree (and of the wheel, slurmfabric/hooks/<dir>).
+HOOK_SCRIPTS = ("prolog", "epilog", "healthcheck")
 
 
 def _template(root: Path, kind: str) -> str:
@@ -163,7 +177,7 @@ def _this_executable() -> str:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if args.action in ("prolog", "epilog"):
+    if args.action in ("prolog", "epilog", "periodic"):
         from slurmfabric.health.hooks import run_hook
 
         return run_hook(args.action, args.config)
@@ -171,4 +185,12 @@ def main(argv: list[str]) -> int:
         return _check(args)
     if args.action == "resume":
         return _resume(args)
+    if args.action == "burn-in":
+        from slurmfabric.health import hooks
+
+        node = hooks.node_name(os.environ)
+        report, code = hooks.burn_in(node, args.config, args.results)
+        print(f"node {node}: GPU burn-in {'FAILED' if code else 'passed'}"
+              + (f": {report['reason']}" if report.get("reason") else ""))
+        return code
     return _install(args)

@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="burn-in gate: run in this maintenance reservation (it keeps user jobs "
                    "off); nodes slurmfabric drained are resumed into it first (Slurm runs no "
                    "job on a drained node) and remembered; nodes someone else drained refuse")
+    s.add_argument("--gpu-stage", action="store_true",
+                   help="burn-in gate: first run 'slurmfabric health burn-in' on every node "
+                   "(DCGM level 3, or the site's gpu_stress_argv); 'pairs report' then "
+                   "counts a node as passing only if its GPUs and its links pass")
     s.add_argument("--state-dir", help="drain state directory (as for 'pairs report')")
     s.add_argument("--health-config", metavar="FILE", help="site health config whose [runner] "
                    "drain policy applies (default: $SLURMFABRIC_HEALTH_CONFIG or "
@@ -101,6 +105,13 @@ def _submit(args: argparse.Namespace) -> int:
     plan = _plan(args)
     if args.burn_in:
         plan.sbatch_args.append(f"--reservation={args.burn_in}")
+    if args.gpu_stage:
+        from slurmfabric.commands.health import _this_executable
+
+        plan.gpu_stage = [_this_executable(), "health", "burn-in", "--results",
+                          str(plan.results)]
+        if args.health_config:
+            plan.gpu_stage += ["--config", str(Path(args.health_config).resolve())]
     # One way to submit: the same request (and dry run) as every rendered job (submit.py).
     request = submit.SubmitRequest(script=render_script(plan), backend="sbatch",
                                    workdir=str(plan.results))
@@ -182,10 +193,12 @@ def _report(args: argparse.Namespace) -> int:
     from slurmfabric.pairsweep.report import (
         analyze,
         check_execution,
+        gpu_stage,
         load_results,
         matrix,
         render_table,
         round_overlap,
+        with_gpu_stage,
     )
 
     results = Path(args.results)
@@ -194,6 +207,8 @@ def _report(args: argparse.Namespace) -> int:
     values = {r.pair: (r.busbw if r.ok else None) for r in pairs}
     failed = [r.pair for r in pairs if not r.ok]
     analysis = analyze(nodes, values, args.threshold, failed)
+    verdicts = gpu_stage(results, plan)
+    analysis = with_gpu_stage(analysis, verdicts)
     execution = check_execution(plan, pairs)
     overlap = round_overlap(pairs)
     gate = _gate(args, analysis) if (args.drain or args.resume_passing) else []
@@ -213,6 +228,7 @@ def _report(args: argparse.Namespace) -> int:
             "suspect_links": [list(p) for p in analysis.suspect_links],
             "messages": analysis.messages, "execution_problems": execution,
             "rounds_concurrent": {str(k): v for k, v in overlap.items()}, "gate": gate,
+            "gpu_stage": verdicts,
         }, indent=2))
     else:
         print(render_table(nodes, values, analysis))

@@ -72,6 +72,7 @@ class DrainPolicy:
     retry_s: float = 1.0
     state_dir: str = DEFAULT_STATE_DIR
     slurm_bin_dir: str = ""
+    slurm_conf: str = ""
     settle_s: float = 1.0
 
     @classmethod
@@ -85,6 +86,7 @@ class DrainPolicy:
             retries=int(runner["drain_retries"]), retry_s=float(runner["drain_retry_s"]),
             state_dir=str(state_dir or runner["state_dir"]),
             slurm_bin_dir=str(runner.get("slurm_bin_dir") or ""),
+            slurm_conf=str(runner.get("slurm_conf") or ""),
         )
 
     @classmethod
@@ -97,11 +99,16 @@ class DrainPolicy:
         return cls.from_site(siteconfig.load(node, config), state_dir)
 
     def env(self, env: dict[str, str] | None = None) -> dict[str, str] | None:
-        """The environment for scontrol: ``slurm_bin_dir`` first on PATH (hooks have none)."""
-        if not self.slurm_bin_dir:
+        """The environment for scontrol: ``slurm_bin_dir`` first on PATH (hooks have none),
+        and ``slurm_conf`` as SLURM_CONF (slurmd gives HealthCheckProgram no SLURM_CONF, so
+        a slurm.conf outside the built-in path is not found there otherwise)."""
+        if not self.slurm_bin_dir and not self.slurm_conf:
             return env
         base = dict(os.environ if env is None else env)
-        base["PATH"] = self.slurm_bin_dir + os.pathsep + base.get("PATH", os.defpath)
+        if self.slurm_bin_dir:
+            base["PATH"] = self.slurm_bin_dir + os.pathsep + base.get("PATH", os.defpath)
+        if self.slurm_conf:
+            base["SLURM_CONF"] = self.slurm_conf
         return base
 
 
@@ -125,6 +132,13 @@ def make_reason(check: str, detail: str) -> str:
 def current_reason(record: dict[str, str]) -> str:
     """The node's Reason without Slurm's ``[user@time]`` stamp ('' when there is none)."""
     return _STAMP.sub("", slurmcmd.node_reason(record))
+
+
+def reason_check(reason: str) -> str:
+    """The check a slurmfabric reason names (``slurmfabric: gpu.xid: ...`` -> ``gpu.xid``)."""
+    if not is_ours(reason):
+        return ""
+    return reason[len(PREFIX):].strip().split(":", 1)[0].strip()
 
 
 def is_ours(reason: str) -> bool:

@@ -192,8 +192,9 @@ def query_gpus(path: str, timeout: float) -> list[dict[str, object]]:
     raise ProbeError("nvidia-smi accepts neither clocks_event_reasons nor clocks_throttle_reasons")
 
 
-def collect_nvidia_smi(path: str, timeout: float) -> GpuFacts:
-    """The three queries run concurrently; remapped rows and apps are optional extras."""
+def collect_nvidia_smi(path: str, timeout: float, apps: bool = True) -> GpuFacts:
+    """The queries run concurrently; remapped rows and apps are optional extras (``apps``
+    False skips the compute-apps query: the periodic check does not judge processes)."""
     results: dict[str, object] = {}
 
     def one(key: str, args: list[str], fields: dict[str, str]) -> None:
@@ -206,23 +207,24 @@ def collect_nvidia_smi(path: str, timeout: float) -> GpuFacts:
         threading.Thread(target=one, daemon=True, args=(
             "remap", [f"--query-remapped-rows={','.join(REMAP_FIELDS)}", "--format=csv,nounits"],
             REMAP_FIELDS)),
-        threading.Thread(target=one, daemon=True, args=(
-            "apps", [f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,nounits"],
-            APP_FIELDS)),
     ]
+    if apps:
+        threads.append(threading.Thread(target=one, daemon=True, args=(
+            "apps", [f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,nounits"],
+            APP_FIELDS)))
     for thread in threads:
         thread.start()
     gpus = query_gpus(path, timeout)
     for thread in threads:
         thread.join(timeout + 0.5)
-    remap, apps = results.get("remap"), results.get("apps")
+    remap, procs = results.get("remap"), results.get("apps")
     for gpu in gpus:
         if isinstance(remap, ProbeError):
             gpu["remap_error"] = str(remap)
-        if isinstance(apps, ProbeError):
-            gpu["procs_error"] = str(apps)
+        if isinstance(procs, ProbeError):
+            gpu["procs_error"] = str(procs)
     merged = merge(gpus, remap if isinstance(remap, list) else None,
-                   apps if isinstance(apps, list) else None)
+                   procs if isinstance(procs, list) else None)
     driver = str(gpus[0].get("driver")) if gpus else None
     return GpuFacts(merged, "nvidia-smi", driver)
 
@@ -243,7 +245,7 @@ def collect_nvml(timeout: float) -> GpuFacts | None:
     return GpuFacts(data["gpus"], "nvml", data.get("driver"))
 
 
-def collect(expect: dict[str, object], timeout: float) -> GpuFacts:
+def collect(expect: dict[str, object], timeout: float, apps: bool = True) -> GpuFacts:
     """Facts from the configured source: ``auto`` tries NVML, then nvidia-smi."""
     source = str(expect.get("gpu_source", "auto"))
     path = str(expect.get("nvidia_smi") or "/usr/bin/nvidia-smi")
@@ -256,7 +258,7 @@ def collect(expect: dict[str, object], timeout: float) -> GpuFacts:
         if source == "nvml":
             raise ProbeError("NVML requested but not available (install nvidia-ml-py and the "
                              "driver's libnvidia-ml.so.1)")
-    return collect_nvidia_smi(path, timeout)
+    return collect_nvidia_smi(path, timeout, apps)
 
 
 # --- checks (pure functions of the facts) ---------------------------------------------------
@@ -431,14 +433,19 @@ def enabled(expect: dict) -> bool:
     return os.path.exists(str(expect.get("nvidia_smi"))) or os.path.exists("/dev/nvidiactl")
 
 
+# Which hooks run a check by default. The periodic HealthCheckProgram also runs on allocated
+# nodes, so nothing that a running job changes (its processes, its memory) is judged there.
+ALL_HOOKS = ("prolog", "epilog", "check", "periodic")
+JOB_HOOKS = ("prolog", "epilog", "check")
+
 # name -> (function, default on_error, hooks). Fact key "gpu".
 CHECKS = {
-    "gpu.count": (check_count, "fail", ("prolog", "epilog", "check")),
-    "gpu.ecc": (check_ecc, "fail", ("prolog", "epilog", "check")),
-    "gpu.row_remap": (check_row_remap, "fail", ("prolog", "epilog", "check")),
-    "gpu.retired_pages": (check_retired_pages, "fail", ("prolog", "epilog", "check")),
-    "gpu.throttle": (check_throttle, "fail", ("prolog", "epilog", "check")),
-    "gpu.temperature": (check_temperature, "fail", ("prolog", "epilog", "check")),
-    "gpu.pcie": (check_pcie, "fail", ("prolog", "epilog", "check")),
-    "gpu.processes": (check_processes, "fail", ("prolog", "epilog", "check")),
+    "gpu.count": (check_count, "fail", ALL_HOOKS),
+    "gpu.ecc": (check_ecc, "fail", ALL_HOOKS),
+    "gpu.row_remap": (check_row_remap, "fail", ALL_HOOKS),
+    "gpu.retired_pages": (check_retired_pages, "fail", ALL_HOOKS),
+    "gpu.throttle": (check_throttle, "fail", ALL_HOOKS),
+    "gpu.temperature": (check_temperature, "fail", ALL_HOOKS),
+    "gpu.pcie": (check_pcie, "fail", ALL_HOOKS),
+    "gpu.processes": (check_processes, "fail", JOB_HOOKS),
 }

@@ -1,10 +1,12 @@
 """The prolog/epilog entry: run the checks, drain on failure, write every output.
 
-Exit codes follow Slurm's contract: non-zero from a prolog drains the node and requeues the
-job, so we set our precise reason first (Slurm then keeps it instead of "Prolog error").
-Only a failing *check* may drain. slurmfabric's own faults fail open, decided in one place
-(``fail_open``): a site config that cannot be read or is invalid, or an internal error,
-exits 0, is logged to syslog and the hook log, and sets the Prometheus gauge
+The same run serves slurm.conf's HealthCheckProgram (``periodic``): no job, only the checks
+whose hooks include "periodic", and the drain by itself (slurmd ignores the exit code). Exit
+codes follow Slurm's contract: non-zero from a prolog drains the node and requeues the job, so
+we set our precise reason first (Slurm then keeps it instead of "Prolog error"). Only a
+failing *check* may drain. slurmfabric's own faults fail open, decided in one place
+(``fail_open``): a site config that cannot be read or is invalid, or an internal error, exits
+0, is logged to syslog and the hook log, and sets the Prometheus gauge
 ``slurmfabric_health_hook_error`` to 1 so alerting sees it; a cluster-wide config typo must
 never drain every node at the next job. ``health check`` reports the same config error with
 exit 2. A state lock that cannot be taken fails closed: never "pass silently".
@@ -15,11 +17,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 from collections.abc import Mapping
 
 from slurmfabric.errors import ConfigError, HealthError
-from slurmfabric.health import drain, outputs, runner, siteconfig, state
+from slurmfabric.health import drain, nvlink, outputs, runner, siteconfig, state
 from slurmfabric.health.model import Context
 from slurmfabric.health.rdma import RdmaFacts, snapshot
 
@@ -30,13 +31,16 @@ def node_name(env: Mapping[str, str]) -> str:
 
 
 def _set_path(cfg: siteconfig.SiteConfig) -> None:
-    """Hooks run with no PATH (or a minimal one): put Slurm's bin dir first for scontrol."""
+    """Hooks run with no PATH (or a minimal one): put Slurm's bin dir first for scontrol,
+    and point it at ``slurm_conf`` when the site config names one."""
     bin_dir = str(cfg.runner.get("slurm_bin_dir") or "")
     path = os.environ.get("PATH") or os.defpath
     if bin_dir and bin_dir not in path.split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + path
     elif "PATH" not in os.environ:
         os.environ["PATH"] = path
+    if cfg.runner.get("slurm_conf"):  # slurmd gives HealthCheckProgram no SLURM_CONF
+        os.environ["SLURM_CONF"] = str(cfg.runner["slurm_conf"])
 
 
 def _emergency(message: str) -> None:
@@ -70,9 +74,14 @@ def fail_open(hook: str, node: str, what: str, error: BaseException,
     return 0
 
 
+PERIODIC = "periodic"
+
+
 def run_hook(hook: str, config: str | None = None,
              env: Mapping[str, str] | None = None) -> int:
-    """Run the ``prolog`` or ``epilog`` hook for this node; return the exit code."""
+    """Run the ``prolog``, ``epilog`` or ``periodic`` hook for this node; return the exit
+    code. ``periodic`` is slurm.conf's HealthCheckProgram: Slurm ignores its exit code, so
+    it drains by itself exactly like the prolog."""
     env = os.environ if env is None else env
     node = node_name(env)
     try:
@@ -90,24 +99,30 @@ def run_hook(hook: str, config: str | None = None,
 def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
               env: Mapping[str, str]) -> int:
     _set_path(cfg)
-    ctx = Context.from_env(hook, node, dict(env),
-                           scope_gpus=bool(cfg.runner["scope_to_job_gpus"]))
+    if hook == PERIODIC:  # no job: slurmd runs it on idle and allocated nodes alike
+        ctx = Context(hook, node)
+    else:
+        ctx = Context.from_env(hook, node, dict(env),
+                               scope_gpus=bool(cfg.runner["scope_to_job_gpus"]))
     job_path = state.job_file(cfg.state_dir, node, ctx.job_id) if ctx.job_id else None
     if hook == "epilog" and job_path is not None:
         saved = state.read_json(job_path)
         if isinstance(saved, dict):
             ctx = Context(ctx.hook, ctx.node, ctx.job_id, ctx.job_gpus, ctx.deep,
-                          saved.get("counters"))
+                          saved.get("counters"), saved.get("nvlink"))
     run = runner.run(cfg, ctx)
     blocking = [r for r in run.blocking if r.action == "drain"]
     outcome, exit_code, note = None, 0, ""
     try:
         with state.locked(cfg.state_dir, float(cfg.runner["lock_timeout_s"])):
-            rdma_facts = run.facts.get("rdma")
-            if hook == "prolog" and job_path is not None and isinstance(rdma_facts, RdmaFacts):
-                state.write_json(job_path, {"job_id": ctx.job_id, "node": node,
-                                            "time": time.time(),
-                                            "counters": snapshot(rdma_facts)})
+            if hook == "prolog" and job_path is not None:
+                # The epilog's counter deltas start here, and gpu.xid attributes an Xid to
+                # the jobs whose file exists (prolog to epilog) by this start time.
+                rdma_facts = run.facts.get("rdma")
+                state.write_json(job_path, {
+                    "job_id": ctx.job_id, "node": node, "time": run.started,
+                    "counters": snapshot(rdma_facts) if isinstance(rdma_facts, RdmaFacts)
+                    else None, "nvlink": nvlink.snapshot(run.facts.get("nvlink"))})
             elif hook == "epilog" and job_path is not None:
                 job_path.unlink(missing_ok=True)
             if blocking:
@@ -118,7 +133,7 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
                     if outcome.outcome == drain.BREAKER:
                         exit_code = 0  # fail-open: Slurm would drain it as "Prolog error"
             else:
-                _clear_stale(cfg, node, run.started)
+                _clear_stale(cfg, node, run)
             report = outputs.report_dict(run, outcome, exit_code)
             outputs.write_report(cfg, report)
             outputs.write_prometheus(cfg, run)
@@ -134,19 +149,46 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
     return exit_code
 
 
-def _clear_stale(cfg: siteconfig.SiteConfig, node: str, started: float) -> None:
+def _clear_stale(cfg: siteconfig.SiteConfig, node: str, run: runner.RunResult) -> None:
     """All checks pass: a drain record from before this run is stale (a prolog only runs
-    on a node that takes jobs). With auto_resume, resume a node we drained."""
+    on a node that takes jobs). With auto_resume, resume a node we drained, but only when
+    the check that drained it ran now and passed, and it judges a state (ECC, a link), not
+    an event: gpu.xid or a counter delta passes on the next run without any repair."""
     record = drain.remembered(node, cfg.state_dir)
     if record is None:
         return
     if cfg.runner.get("auto_resume"):
-        try:
-            drain.resume_if_ours(node, drain.DrainPolicy.from_site(cfg))
-        except Exception:  # never let a resume attempt fail a healthy hook
-            return
-    elif float(record.get("time", 0)) < started:
+        check = drain.reason_check(str(record.get("reason", "")))
+        passed = {r.check for r in run.results if not r.blocking}
+        if check in passed and check not in runner.EVENT_CHECKS:
+            try:
+                drain.resume_if_ours(node, drain.DrainPolicy.from_site(cfg))
+            except Exception:  # never let a resume attempt fail a healthy hook
+                return
+        return
+    if run.context.hook != PERIODIC and float(record.get("time", 0)) < run.started:
         drain.forget(node, cfg.state_dir)
+
+
+def burn_in(node: str, config: str | None, results: str | None = None) -> tuple[dict, int]:
+    """The GPU stage of a burn-in (``pairs submit --burn-in --gpu-stage``): DCGM level 3, or
+    the site's ``gpu_stress_argv``, judged per GPU. Fail-closed, unlike the hooks: a stage
+    that could not run (no dcgmi, a timeout) fails, since passing it returns a repaired node
+    to service. Writes ``gpu-<node>.json`` into ``results`` for 'pairs report'."""
+    cfg = siteconfig.load(node, config)
+    _set_path(cfg)
+    run = runner.run(cfg, Context("burnin", node))
+    ran = [r for r in run.results if r.check == "gpu.dcgm"]
+    failed = [r for r in run.results if r.status in ("fail", "error")]
+    exit_code = 1 if failed or not ran else 0
+    report = outputs.report_dict(run, None, exit_code)
+    if not ran:
+        report["reason"] = "no GPU stage ran: this node has no GPUs configured or found"
+    elif failed:
+        report["reason"] = f"{failed[0].check}: {failed[0].reason or failed[0].status}"
+    if results:
+        state.write_json(os.path.join(results, f"gpu-{state.safe_name(node)}.json"), report)
+    return report, exit_code
 
 
 def check(node: str, config: str | None, deep: bool = False,
@@ -161,4 +203,4 @@ def check(node: str, config: str | None, deep: bool = False,
 
 
 
-__all__ = ["check", "node_name", "run_hook", "HealthError"]
+__all__ = ["burn_in", "check", "node_name", "run_hook", "HealthError"]

@@ -108,6 +108,7 @@ class Context:
     job_gpus: frozenset[int] | None = None  # physical GPU indices of the job, if gres/gpu
     deep: bool = False  # epilog after a failed job, or `health check --deep`
     counters_before: dict | None = None  # RDMA counters from this job's prolog
+    nvlink_before: dict | None = None  # NVLink error counters from this job's prolog
 
     @classmethod
     def from_env(cls, hook: str, node: str, env: dict[str, str], deep: bool = False,

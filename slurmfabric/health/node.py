@@ -128,6 +128,6 @@ def check_leftovers(facts: list[dict[str, object]], expect: dict, ctx) -> CheckR
 # name -> (function, default on_error, hooks)
 CHECKS = {
     "node.memory": (check_memory, "pass", ("prolog", "epilog", "check")),
-    "node.disk": (check_disk, "fail", ("prolog", "epilog", "check")),
+    "node.disk": (check_disk, "fail", ("prolog", "epilog", "check", "periodic")),
     "node.leftovers": (check_leftovers, "pass", ("epilog",)),
 }

@@ -181,7 +181,7 @@ def enabled(expect: dict) -> bool:
 
 
 CHECKS = {
-    "rdma.ports": (check_ports, "fail", ("prolog", "epilog", "check")),
+    "rdma.ports": (check_ports, "fail", ("prolog", "epilog", "check", "periodic")),
     "rdma.counters": (check_counters, "pass", ("epilog", "check")),
     "rdma.gdr": (check_gdr, "fail", ("prolog", "check")),
 }

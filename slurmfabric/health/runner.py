@@ -14,11 +14,16 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from slurmfabric.health import gpu, node, rdma, xid
+from slurmfabric.health import dcgm, gpu, node, nvlink, rdma, xid
 from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, ProbeError, worst
 from slurmfabric.health.probe import run_command
 from slurmfabric.health.siteconfig import SiteConfig
 from slurmfabric.health.state import safe_name
+
+# Checks that judge events since the last run (a kernel message, a counter's growth during
+# a job, what a job left behind), not a state: passing the next time proves no repair, so a
+# drain by one of them is never resumed automatically (hooks._clear_stale).
+EVENT_CHECKS = frozenset({"gpu.xid", "rdma.counters", "node.leftovers", "gpu.nvlink_errors"})
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,9 @@ class RunResult:
 
 def registry() -> list[CheckSpec]:
     specs = []
-    for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("kmsg", xid.CHECKS)):
+    for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("kmsg", xid.CHECKS),
+                        ("nvlink", nvlink.LINK_CHECKS), ("fabric", nvlink.FABRIC_CHECKS),
+                        ("dcgm", dcgm.CHECKS)):
         for name, (func, on_error, hooks) in table.items():
             specs.append(CheckSpec(name, fact, func, on_error, hooks))
     facts = {"node.memory": "meminfo", "node.disk": "disks", "node.leftovers": "leftovers"}
@@ -84,17 +91,29 @@ def _active(spec: CheckSpec, cfg: SiteConfig, ctx: Context) -> bool:
     return ctx.hook == "epilog" and ctx.deep and "epilog_failed" in hooks
 
 
-def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str]) -> dict[str, Callable]:
+def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = True,
+                nvlink_counters: bool = False, switches: list[str] | None = None,
+                level: int = 0) -> dict[str, Callable]:
     expect = cfg.expect
     root = str(expect.get("sysfs_root") or "/")
+    smi = str(expect.get("nvidia_smi") or "/usr/bin/nvidia-smi")
     makers: dict[str, Callable[[float], Any]] = {
-        "gpu": lambda t: gpu.collect(expect, t),
+        "gpu": lambda t: gpu.collect(expect, t, apps),
+        "nvlink": lambda t: nvlink.collect_links(smi, t, nvlink_counters),
+        "fabric": lambda t: nvlink.collect_fabric(smi, t, root, switches or []),
+        # A diagnostic level has its own deadline, not the per-probe one (run() widens the
+        # budget to it): level 2 takes minutes.
+        "dcgm": lambda t: dcgm.collect(
+            str(expect.get("dcgmi") or "/usr/bin/dcgmi"), level, dcgm.timeout_for(expect, level),
+            expect.get("gpu_stress_argv") if ctx.hook == "burnin" else None),
         "rdma": lambda t: rdma.collect(root),
         "meminfo": lambda t: node.collect_meminfo(root),
         "disks": lambda t: node.collect_disks(list(expect.get("disks") or {})),
         # One cursor per node name: virtual nodes of one host keep apart.
-        "kmsg": lambda t: xid.collect(str(expect.get("kmsg_source") or "/dev/kmsg"), str(
-            cfg.state_dir / f"kmsg-cursor.{safe_name(ctx.node)}")),
+        "kmsg": lambda t: xid.collect(
+            str(expect.get("kmsg_source") or "/dev/kmsg"),
+            str(cfg.state_dir / f"kmsg-cursor.{safe_name(ctx.node)}"), root,
+            str(cfg.state_dir / "jobs"), ctx.node),
         "leftovers": lambda t: node.collect_leftovers(
             ctx.job_id, list(expect.get("leftover_ignore") or []), ctx.node),
     }
@@ -162,15 +181,28 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
     """Gather what the active checks need and judge it; never raises for a broken node."""
     started, begin = time.time(), time.monotonic()
     specs = registry() + [_site_command_spec(e) for e in cfg.expect.get("commands") or []]
-    gates = {"gpu": gpu.enabled(cfg.expect), "rdma": rdma.enabled(cfg.expect),
-             "kmsg": gpu.enabled(cfg.expect),
+    has_gpus = gpu.enabled(cfg.expect)
+    level = dcgm.level_for(cfg.expect, ctx.hook, ctx.deep)
+    switches = nvlink.fabric_switches(cfg.expect) if has_gpus else None
+    gates = {"gpu": has_gpus, "rdma": rdma.enabled(cfg.expect), "kmsg": has_gpus,
+             "nvlink": has_gpus and nvlink.links_enabled(cfg.expect, switches),
+             "fabric": switches is not None,
+             "dcgm": has_gpus and level > 0,
              "disks": bool(cfg.expect.get("disks")),
              "leftovers": bool(ctx.job_id)}
     specs = [s for s in specs if gates.get(s.fact, True) and _active(s, cfg, ctx)]
     needed = {s.fact for s in specs}
     if ctx.hook == "prolog" and gates["rdma"]:
         needed.add("rdma")  # the epilog's counter deltas need this job's starting point
-    facts = gather(_collectors(cfg, ctx, needed), float(cfg.runner["budget_s"]),
+    counters = any(s.name == "gpu.nvlink_errors" for s in specs)
+    if ctx.hook == "prolog" and gates["nvlink"] and cfg.policy("gpu.nvlink_errors").enabled:
+        needed.add("nvlink")  # the same for the NVLink error counters
+        counters = True
+    apps = any(s.name == "gpu.processes" for s in specs)
+    budget = float(cfg.runner["budget_s"])
+    if "dcgm" in needed:  # PrologEpilogTimeout must cover it too (README, DCGM levels)
+        budget = max(budget, dcgm.timeout_for(cfg.expect, level) + 5.0)
+    facts = gather(_collectors(cfg, ctx, needed, apps, counters, switches, level), budget,
                    float(cfg.runner["probe_timeout_s"]))
     results = [_judge(s, facts, cfg, ctx) for s in specs]
     return RunResult(ctx, results, facts, time.monotonic() - begin, started)

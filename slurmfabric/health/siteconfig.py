@@ -47,6 +47,7 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "prometheus_file": "",  # e.g. /var/lib/prometheus/node-exporter/slurmfabric_health.prom
     "syslog": True,
     "slurm_bin_dir": "",  # prepended to PATH for scontrol (hooks run with no PATH)
+    "slurm_conf": "",  # SLURM_CONF for scontrol; "": inherit (HealthCheckProgram gets none)
     "drain": True,  # False: report only, never call scontrol
     "drain_backend": "scontrol",  # how drain/resume reach slurmctld: scontrol | pyslurm
     "drain_retries": 3,
@@ -86,6 +87,16 @@ NODE_DEFAULTS: dict[str, Any] = {
     "kmsg_source": "/dev/kmsg",  # the kernel log gpu.xid reads (a recorded stream in tests)
     "xid_drain": [],  # Xids that drain whatever NVIDIA's catalog says (gpu.xid)
     "xid_ignore": [],  # Xids that never drain or warn
+    "nvlinks": None,  # active NVLinks per GPU (18 on H100 SXM); None: as many as the best GPU
+    #                   has, checked on NVSwitch boards; 0: no NVLink checks
+    "nvlink_speed_gbps": None,  # per link (26.562 on H100); None: the fastest link seen
+    "nvlink_delta_max": {},  # replay/recovery/crc -> allowed increase during one job
+    "nvlink_abs_max": {},  # replay/recovery/crc -> limit when no prolog snapshot exists
+    "nvswitch": None,  # None: detect NVSwitch PCI devices; true on HGX B200/GB200 boards
+    "dcgmi": "/usr/bin/dcgmi",
+    "dcgm_levels": {},  # hook -> dcgmi diag level, e.g. {epilog_failed = 2, burnin = 3}
+    "dcgm_timeout_s": {},  # "level" -> seconds before dcgmi is killed (dcgm.DEFAULT_TIMEOUT_S)
+    "gpu_stress_argv": [],  # burn-in: this command instead of dcgmi; prints dcgmi -j JSON
 }
 
 # [runner] keys whose value is one of a fixed set (checked at load, with the choices).
@@ -93,7 +104,7 @@ RUNNER_CHOICES: dict[str, tuple[str, ...]] = {"drain_backend": ("scontrol", "pys
 # (the drain backends themselves live in health/drain.py; drain.BACKENDS is this tuple)
 
 CHECK_POLICY_KEYS = {"enabled", "severity", "action", "on_error", "hooks"}
-HOOKS = ("prolog", "epilog", "epilog_failed", "check")
+HOOKS = ("prolog", "epilog", "epilog_failed", "check", "periodic", "burnin")
 
 
 @dataclass(frozen=True)
@@ -204,12 +215,15 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "pcie_gen": (1, 7), "pcie_width": (1, 32), "retired_pages_max": (0, None),
     "throttle_fail_mask": (0, None), "throttle_warn_mask": (0, None), "rdma_ports": (0, 1024),
     "rdma_rate_gbps": (1, 10000), "min_free_mem_gb": (0, None),
+    "nvlinks": (0, 64), "nvlink_speed_gbps": (0.1, 1000),
 }
 INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "gpus", "pcie_gen",
                 "pcie_width", "retired_pages_max", "throttle_fail_mask", "throttle_warn_mask",
-                "rdma_ports"}
-STRING_LISTS = {"rdma_devices", "leftover_ignore"}
-NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks"}
+                "rdma_ports", "nvlinks"}
+STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv"}
+NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
+               "nvlink_abs_max"}
+NVLINK_COUNTERS = ("replay", "recovery", "crc")  # nvlink.COUNTERS' names
 NODE_CHOICES: dict[str, tuple[str, ...]] = {
     "gpu_source": ("auto", "nvml", "nvidia-smi"),
     "rdma_link_layer": ("InfiniBand", "Ethernet"),
@@ -243,7 +257,7 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
     if key in RANGES:
         problem = _number_problem(value, key, key in INTEGER_KEYS)
         return bad(problem) if problem else value
-    if isinstance(default, bool) or key == "gdr":  # gdr: true, false or unset (auto)
+    if isinstance(default, bool) or key in ("gdr", "nvswitch"):  # true, false or unset (auto)
         return value if isinstance(value, bool) else bad(
             f"{key} = {_one_line(repr(value))} should be true or false")
     if key in STRING_LISTS:
@@ -265,9 +279,14 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
                 problem = f"{key}.{name} = {number!r} is negative"
             if problem:
                 return bad(problem)
+            if key.startswith("nvlink_") and name not in NVLINK_COUNTERS:
+                return bad(f"{key}.{_one_line(repr(name))} is not an NVLink counter; use "
+                           f"{', '.join(NVLINK_COUNTERS)}")
         return value
     if key == "commands":
         return _commands(value, where, problems)
+    if key in ("dcgm_levels", "dcgm_timeout_s"):
+        return _dcgm_table(key, value, bad)
     if key in NODE_CHOICES:
         if value not in NODE_CHOICES[key]:
             return bad(f"{key} = {_one_line(repr(value))}; use one of "
@@ -278,6 +297,32 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
                    f"like {default!r}")
     if isinstance(value, str) and ("\x00" in value or "\n" in value):
         return bad(f"{key} = {_one_line(repr(value))}: NUL or newline in a value")
+    return value
+
+
+def _dcgm_table(key: str, value: Any, bad: Any) -> Any:
+    """``dcgm_levels = {epilog_failed = 2, burnin = 3}`` (hook -> level 0-4) and
+    ``dcgm_timeout_s = {"2" = 900}`` (level -> seconds, up to 4 h)."""
+    if not isinstance(value, dict):
+        return bad(f"{key} should be a table, e.g. {key} = "
+                   + ("{ epilog_failed = 2, burnin = 3 }" if key == "dcgm_levels"
+                      else '{ "2" = 900 }'))
+    for name, number in value.items():
+        if key == "dcgm_levels":
+            if name not in HOOKS:
+                return bad(f"{key}.{_one_line(repr(name))}: not a hook; use "
+                           f"{', '.join(HOOKS)}")
+            if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= 4:
+                return bad(f"{key}.{name} = {_one_line(repr(number))} should be a dcgmi diag "
+                           "level 0-4")
+        else:
+            if name not in ("1", "2", "3", "4"):
+                return bad(f"{key}.{_one_line(repr(name))}: not a level; use \"1\" to \"4\"")
+            problem = _number_problem(number, f"{key}.{name}", False)
+            if problem is None and not 1 <= number <= 14400:
+                problem = f"{key}.{name} = {number!r} is outside 1..14400"
+            if problem:
+                return bad(problem)
     return value
 
 

@@ -14,13 +14,22 @@ and IGNORE only warn. Sites override with ``xid_drain``/``xid_ignore``.
 read(2), ``<priority>,<sequence>,<timestamp_us>,<flags>[,...];<message>``, with continuation
 lines starting with a space. EPIPE means that records were overwritten; reading again goes on
 with the oldest record still there. Standard library only: this runs in the prolog.
+
+Each Xid names its GPU by PCI address and, where the driver says, by its device minor (the
+``N`` of ``/dev/nvidiaN``, which Slurm's gres.conf and SLURM_JOB_GPUS count in), read from
+``/proc/driver/nvidia/gpus/<pci>/information``. An Xid is attributed to the jobs that were
+running on the node when it was logged: the prolog of each job leaves its start time in the
+state directory until its epilog (``state.job_file``). The record's timestamp counts from
+boot on the kernel's local clock, which like CLOCK_MONOTONIC does not run in suspend.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
+import time
 
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, ProbeError
 
@@ -146,16 +155,55 @@ def _records(source: str) -> tuple[list[str], int]:
     return out, lost
 
 
-def collect(source: str, cursor_path: str) -> dict[str, object]:
+def gpu_minor(root: str, pci: str) -> int | None:
+    """The device minor of the GPU at ``pci`` (``0000:2b:00``), from the driver's procfs."""
+    path = os.path.join(root, "proc/driver/nvidia/gpus", f"{pci}.0", "information")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(8192)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Device Minor" and value.strip().isascii() and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def running_jobs(jobs_dir: str | None, node: str | None) -> list[tuple[str, float]]:
+    """(job id, prolog start) of the jobs whose prolog ran here and whose epilog has not."""
+    if not jobs_dir or not node:
+        return []
+    try:
+        names = os.listdir(jobs_dir)
+    except OSError:
+        return []
+    jobs = []
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            with open(os.path.join(jobs_dir, name), encoding="utf-8") as handle:
+                data = json.load(handle)
+            if data.get("node") == node and data.get("job_id"):
+                jobs.append((str(data["job_id"]), float(data["time"])))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue
+    return sorted(jobs, key=lambda job: job[1])
+
+
+def collect(source: str, cursor_path: str, root: str = "/", jobs_dir: str | None = None,
+            node: str | None = None) -> dict[str, object]:
     """New Xid messages since the cursor; the cursor moves past everything read.
 
     The first run on a node has no cursor: it starts at the end of the log and reports what
     it skipped as history, so an old, already handled Xid never drains a node."""
+    boot = time.time() - time.monotonic()  # wall-clock time of the kernel's timestamp 0
     records, lost = _records(source)
     try:
         with open(cursor_path) as handle:
             text = handle.read(64).strip()
-        cursor: int | None = int(text) if text.isdigit() else None
+        cursor: int | None = int(text) if text.isascii() and text.isdigit() else None
     except OSError:
         cursor = None
     parsed = [record for record in map(parse_record, records) if record is not None]
@@ -173,7 +221,17 @@ def collect(source: str, cursor_path: str) -> dict[str, object]:
         if cursor is None:
             history += 1
             continue
-        events.append({**xid, "seq": seq, "us": us})
+        events.append({**xid, "seq": seq, "us": us, "time": round(boot + us / 1e6, 3)})
+    if events:
+        jobs = running_jobs(jobs_dir, node)
+        minors: dict[str, int | None] = {}
+        for event in events:
+            pci = str(event["pci"])
+            if pci not in minors:
+                minors[pci] = gpu_minor(root, pci)
+            event["gpu"] = minors[pci]
+            # A second of slack: the prolog notes its start after reading the clock.
+            event["jobs"] = [job for job, start in jobs if start - 1.0 <= float(event["time"])]
     last = newest if newest is not None else max(cursor or 0, 0)
     os.makedirs(os.path.dirname(cursor_path) or ".", exist_ok=True)
     tmp = f"{cursor_path}.{os.getpid()}"
@@ -204,13 +262,20 @@ def check_xid(facts: dict, expect: dict, ctx) -> CheckResult:
     application errors, Xids the catalog does not know, and lost records."""
     events = list(facts.get("events") or [])
     values: dict[str, object] = {"new_xids": len(events), "lost_records": facts.get("lost", 0)}
-    bad, warn = [], []
+    bad, warn, seen = [], [], []
     for event in events:
         xid, pci, text = int(event["xid"]), str(event["pci"]), str(event["text"])
         action, drains = _action(xid, text, expect)
         name = CATALOG.get(xid, ("not in NVIDIA's catalog",))[0]
-        line = f"Xid {xid} on GPU {pci} ({name}, {action}): {text[:80]}"
+        gpu = "GPU" if event.get("gpu") is None else f"GPU{event['gpu']}"
+        jobs = [str(job) for job in event.get("jobs") or []]
+        during = f" during job {','.join(jobs)}" if jobs else ""
+        line = f"Xid {xid} on {gpu} {pci}{during} ({name}, {action}): {text[:80]}"
         (bad if drains else warn).append(line)
+        seen.append({"xid": xid, "pci": pci, "gpu": event.get("gpu"), "action": action,
+                     "drains": drains, "jobs": jobs, "time": event.get("time")})
+    if seen:
+        values["xids"] = seen
     if facts.get("first_run") and facts.get("history"):
         warn.append(f"first run: {facts['history']} older Xid message(s) in the kernel log "
                     "were skipped; later runs judge new ones")
@@ -226,4 +291,4 @@ def check_xid(facts: dict, expect: dict, ctx) -> CheckResult:
 
 # name -> (function, default on_error, hooks). Fact key "kmsg". A kernel log that cannot be
 # read is an error of the checker, never a reason to drain (on_error "pass").
-CHECKS = {"gpu.xid": (check_xid, "pass", ("prolog", "epilog", "check"))}
+CHECKS = {"gpu.xid": (check_xid, "pass", ("prolog", "epilog", "check", "periodic"))}

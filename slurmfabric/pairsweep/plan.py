@@ -101,6 +101,9 @@ class SweepPlan:
     sbatch_args: list[str] = field(default_factory=list)
     job_name: str = "sf-pairs"
     created: float = field(default_factory=time.time)
+    # Burn-in: argv run once per node before the pairs ("slurmfabric health burn-in ...");
+    # each node writes gpu-<node>.json into the results, which 'pairs report' judges.
+    gpu_stage: list[str] | None = None
 
     def __post_init__(self) -> None:
         for node in self.nodes:
@@ -128,7 +131,7 @@ class SweepPlan:
             "version": 1, "generator": f"slurmfabric {__version__}", "nodes": self.nodes,
             "rounds": [[list(p) for p in rnd] for rnd in self.rounds],
             "command": self.command, "tasks_per_node": self.tasks_per_node,
-            "created": self.created,
+            "created": self.created, "gpu_stage": self.gpu_stage,
         }, indent=2)
 
 
@@ -178,8 +181,11 @@ def render_script(plan: SweepPlan) -> str:
     rounds = [{"tag": f"{i + 1:02d}", "pairs": rnd,
                "banner": f"round {i + 1:02d}: " + " ".join(f"{a}+{b}" for a, b in rnd)}
               for i, rnd in enumerate(plan.rounds)]
+    gpu_step = ["--nodes", str(len(plan.nodes)), "--ntasks-per-node=1", "--exact"]
+    if plan.gpus_per_node:
+        gpu_step.append(f"--gpus-per-node={plan.gpus_per_node}")
     text = environment().get_template("pairs.sh.j2").render(
-        plan=plan, directives=directives, step=step, rounds=rounds,
+        plan=plan, directives=directives, step=step, rounds=rounds, gpu_step=gpu_step,
         task_wrapper=_TASK_WRAPPER, plan_file=str(plan.results / PLAN_FILE),
         version=__version__)
     return text.rstrip("\n") + "\n"

@@ -12,7 +12,7 @@ Standard library only.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmfabric.nccltests import parse as parse_nccl_tests
@@ -217,6 +217,36 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
     return Analysis(nodes=nodes, reference=ref_ok, threshold=threshold, node_median=node_median,
                     low_pairs=low, failed_pairs=failed, suspect_nodes=suspects,
                     suspect_links=links, messages=messages)
+
+
+def gpu_stage(results: Path, plan: dict) -> dict[str, str | None]:
+    """The burn-in GPU stage per node: None when it passed, else why not (its failing check,
+    or no result at all: the node never ran it). Empty when the sweep had no GPU stage."""
+    if not plan.get("gpu_stage"):
+        return {}
+    from slurmfabric.health.state import read_json, safe_name
+
+    verdicts: dict[str, str | None] = {}
+    for node in plan["nodes"]:
+        report = read_json(results / f"gpu-{safe_name(node)}.json")
+        if not isinstance(report, dict):
+            verdicts[node] = "no GPU burn-in result (see gpu-stage.out)"
+        elif report.get("exit_code") != 0:
+            verdicts[node] = str(report.get("reason") or "GPU burn-in failed")[:200]
+        else:
+            verdicts[node] = None
+    return verdicts
+
+
+def with_gpu_stage(analysis: Analysis, verdicts: dict[str, str | None]) -> Analysis:
+    """A node that failed the GPU stage is a suspect too: burn-in needs both stages."""
+    failed = [n for n, why in verdicts.items() if why is not None]
+    if not failed:
+        return analysis
+    suspects = analysis.suspect_nodes + [n for n in failed if n not in analysis.suspect_nodes]
+    messages = analysis.messages + [f"{n} failed the GPU burn-in: {verdicts[n]}"
+                                    for n in failed]
+    return replace(analysis, suspect_nodes=suspects, messages=messages)
 
 
 def matrix(nodes: list[str], values: dict[Pair, float | None]) -> list[list[float | None]]:

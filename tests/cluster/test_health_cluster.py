@@ -44,7 +44,8 @@ def _idle(cluster: Cluster) -> bool:
     return all(line.split()[1] == "idle" for line in out.splitlines() if line.strip())
 
 
-def _config(path: Path, state: Path, cluster: Cluster, faulty: str | None) -> Path:
+def _config(path: Path, state: Path, cluster: Cluster, faulty: str | None,
+            **runner: object) -> Path:
     nodes = [{"match": ",".join(cluster.nodes), "gpus": 8, "gpu_source": "nvidia-smi",
               "nvidia_smi": nvsmi("h100-535-healthy"), "rdma_ports": 0}]
     if faulty:
@@ -52,7 +53,7 @@ def _config(path: Path, state: Path, cluster: Cluster, faulty: str | None) -> Pa
     scontrol = shutil.which("scontrol", path=cluster.env.get("PATH"))
     return write_config(path, state, nodes, runner={
         "slurm_bin_dir": str(Path(scontrol).parent), "breaker_min_nodes": 2,
-        "probe_timeout_s": 5.0, "budget_s": 15.0})
+        "probe_timeout_s": 5.0, "budget_s": 15.0, **runner})
 
 
 def test_faulty_node_is_drained_job_requeued_and_resumed(cluster: Cluster, tmp_path,
@@ -244,3 +245,35 @@ def test_an_xid_in_a_nodes_kernel_log_drains_it_once(cluster: Cluster, tmp_path,
     for name in (bad, app):
         state, why = cluster.node_state(name)
         assert "DRAIN" not in state and not why, (name, state, why)
+
+
+def test_health_periodic_drains_a_node_through_healthcheckprogram(cluster: Cluster, tmp_path,
+                                                                   request) -> None:
+    """slurmd runs ``health periodic`` as HealthCheckProgram on every node, with no job: the
+    node whose GPUs report an uncorrected ECC error is drained by the program itself (Slurm
+    ignores its exit code) and the others are left alone."""
+    _wait(lambda: _idle(cluster), 180, "an idle cluster (other tests' jobs to finish)")
+    faulty = cluster.nodes[1]
+    cfg = _config(tmp_path / "health.toml", tmp_path / "state", cluster, faulty,
+                  slurm_conf=cluster.env["SLURM_CONF"])  # not in HealthCheckProgram's env
+    hooks = tmp_path / "hooks"
+    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
+                 _slurmfabric(), "--config", str(cfg)])
+
+    def cleanup() -> None:
+        cluster.set_extra_conf("")
+        cluster.testbed.resume_all()
+
+    request.addfinalizer(cleanup)
+    cluster.set_extra_conf(f"HealthCheckProgram={hooks}/slurmfabric-healthcheck\n"
+                           "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n")
+    reason = _wait(lambda: cluster.node_state(faulty)[1], 90, f"{faulty} drained")
+    assert reason.rsplit(" [", 1)[0] == (
+        "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors")
+    log = tmp_path / "state" / "health.log"
+    _wait(lambda: all(f"health periodic node={name} " in log.read_text()
+                      for name in cluster.nodes), 60, "a periodic run on every node")
+    for name in cluster.nodes:
+        if name != faulty:
+            state, why = cluster.node_state(name)
+            assert "DRAIN" not in state and not why, (name, state, why)

@@ -186,3 +186,64 @@ def test_gate_drains_the_suspect_and_burn_in_resumes_only_it(cluster, tmp_path, 
     assert not (state_dir / f"drain-{bad}.json").exists()
     state, reason = cluster.node_state(admin)
     assert "DRAIN" in state.split("+") and reason.startswith(ADMIN_REASON)
+
+
+DCGM = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "dcgm"
+
+
+def _fake_dcgmi(path: Path, report: str, code: int, calls: Path) -> str:
+    """dcgmi as on a node: records its argv, prints a recorded ``dcgmi diag -j`` report
+    (tests/fixtures/health/dcgm, sources in SOURCES.md) and exits as dcgmi does for it."""
+    path.write_text(f'#!/bin/sh\necho "$SLURMD_NODENAME $*" >> {calls}\n'
+                    f"cat {DCGM / report}\nexit {code}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_burn_in_gpu_stage_keeps_a_node_whose_gpus_fail(cluster, tmp_path, request):
+    """A repaired node goes back to service only if its GPUs pass DCGM level 3 and its
+    links pass the sweep: its network is fine here, its GPU memory test is not."""
+    from helpers import nvsmi, write_config
+
+    nodes = cluster.nodes
+    bad = nodes[1]
+    state_dir = tmp_path / "drain-state"
+    request.addfinalizer(lambda: _restore(cluster, nodes))
+    calls = tmp_path / "dcgmi.calls"
+    good = _fake_dcgmi(tmp_path / "dcgmi-pass", "dcgm3-r3-pass.json", 0, calls)
+    failing = _fake_dcgmi(tmp_path / "dcgmi-fail", "dcgm3-r2-fail-memory-RECONSTRUCTED.json",
+                          226, calls)
+    cfg = write_config(tmp_path / "health.toml", state_dir, [
+        {"match": ",".join(nodes), "gpus": 8, "gpu_source": "nvidia-smi", "rdma_ports": 0,
+         "nvidia_smi": nvsmi("h100-535-healthy"), "dcgmi": good},
+        {"match": bad, "dcgmi": failing}], runner={"breaker_min_nodes": 2})
+    gate = ("--state-dir", str(state_dir), "--health-config", str(cfg))
+    # The node was drained by slurmfabric before its repair (what the hooks would have done).
+    from slurmfabric.health import drain as drain_mod
+
+    policy = drain_mod.DrainPolicy(state_dir=str(state_dir), retry_s=0.1)
+    assert drain_mod.drain(bad, "gpu.ecc", "GPU3 2 uncorrected volatile ECC errors", policy,
+                           env=cluster.env).drained
+    cluster.run(["scontrol", "create", "reservation", f"ReservationName={RESERVATION}",
+                 f"Nodes={','.join(nodes)}", "Users=root", "StartTime=now", "Duration=30",
+                 "Flags=MAINT,IGNORE_JOBS"])
+    results = tmp_path / "burnin"
+    sub = _sweep(cluster, nodes, results, {}, "--burn-in", RESERVATION, "--gpu-stage", *gate)
+    assert f"burn-in {bad}: resumed into reservation {RESERVATION}" in sub.stdout
+    ran = sorted(calls.read_text().splitlines())
+    assert ran == sorted(f"{n} diag -r 3 -j" for n in nodes)  # every node, level 3
+    rep = cluster.run(_cli("pairs", "report", str(results), "--json", "--resume-passing",
+                           *gate), check=False)
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    data = json.loads(rep.stdout)
+    assert data["suspect_nodes"] == [bad] and data["suspect_links"] == []
+    assert data["gpu_stage"] == {n: None for n in nodes if n != bad} | {bad: (
+        "gpu.dcgm: DCGM level 3: GPU Memory on GPU0: GPU 0 Error using CUDA API cuCtxCreate "
+        "Check DCGM and system logs for errors. Reset GPU. Restart DCG")}
+    state, reason = cluster.node_state(bad)
+    assert "DRAIN" in state.split("+"), (state, reason)
+    assert reason.startswith(f"slurmfabric: pairs: {bad} failed the GPU burn-in: gpu.dcgm: "
+                             "DCGM level 3: GPU Memory on GPU0"), reason
+    for node in nodes:
+        if node != bad:
+            assert "DRAIN" not in cluster.node_state(node)[0]

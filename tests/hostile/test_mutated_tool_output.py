@@ -2,7 +2,10 @@
 raise slurmfabric's own error, and must stay linear on long hostile lines.
 
 The inputs are the recorded real outputs under tests/fixtures/ (sources in each folder's
-SOURCES.md): NCCL logs, nccl-tests output, iblinkinfo, ibstat, perfquery, ibnetdiscover.
+SOURCES.md): NCCL logs, nccl-tests output, iblinkinfo, ibstat, perfquery, ibnetdiscover, and
+what the health hooks read as root: nvidia-smi nvlink -s/-e and -q, dcgmi diag -j and
+kernel-log records with Xids (each parsed and then judged by its check, which may only
+refuse with a ProbeError: a crash would turn a check into a checker error).
 Each mutation replaces the k-th word of every line with one hostile value (an overlong
 number, a Unicode digit, NaN, a word where a number goes, ...), so every field of every
 format meets every value. The long-line cases repeat the literal pieces of each format's
@@ -22,6 +25,8 @@ import pytest
 from slurmfabric import nccllog as nccl_log
 from slurmfabric import nccltests as nccl_tests
 from slurmfabric.errors import SlurmfabricError
+from slurmfabric.health import dcgm, nvlink, xid
+from slurmfabric.health.model import Context, ProbeError
 from slurmfabric.ibaudit import parse as ib_parse
 
 pytestmark = pytest.mark.hostile
@@ -40,9 +45,47 @@ PREFIXES = ["", "NCCL INFO ", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] NCCL INFO NET/I
             "h:1:2 [0] NCCL INFO Bootstrap : Using ", "h:1:2 [0] NCCL WARN ",
             "# nThread ", "#  Out of bounds values : ", "[1,0]<stdout>:", "0: ", "#  Rank  0 ",
             "CA: ", "Switch: 0x1 ", "   0x1  1  1[  ] ==( ", "# Port counters: Lid 1 port 1 ",
-            "CA '", "Port 1:", "switchguid=0x", 'Switch\t36 "', '[1]\t"', "     "]
+            "CA '", "Port 1:", "switchguid=0x", 'Switch\t36 "', '[1]\t"', "     ",
+            "GPU 0: ", "\t Link 0: ", "Link 0: Replay Errors: ", "NVRM: Xid (PCI:0000:01:00): ",
+            "3,1,1,-;NVRM: Xid (", "GPU ", '{"DCGM Diagnostic": ']
+
+EPILOG = Context("epilog", "n1", job_id="1", nvlink_before={"0": {"0": {"crc": "x"}}})
+
+
+def _judged(parse: Callable[[str], object], judge: Callable[[object], object]):
+    """Parse, then judge what was parsed; ProbeError is the hooks' own refusal."""
+    def run(text: str) -> None:
+        try:
+            judge(parse(text))
+        except ProbeError:
+            return
+    return run
+
+
+def _kmsg(text: str) -> None:
+    events = []
+    for line in text.splitlines():
+        record = xid.parse_record(line) or (0, 0, line)
+        found = xid.parse_xid(record[2])
+        if found:
+            events.append({**found, "seq": record[0], "us": record[1], "jobs": ["1"]})
+    xid.check_xid({"events": events}, {"xid_drain": [79]}, None)
+
 
 PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
+    "nvlink -s": (_judged(lambda t: nvlink.NvlinkFacts(*nvlink.parse_status(t)),
+                          lambda f: nvlink.check_links(f, {}, EPILOG)),
+                  ["health/nvlink/*nvlink-s*.txt"]),
+    "nvlink -e": (_judged(lambda t: nvlink.NvlinkFacts({}, {}, nvlink.parse_errors(t)),
+                          lambda f: nvlink.check_errors(f, {}, EPILOG)),
+                  ["health/nvlink/*nvlink-e*.txt"]),
+    "nvidia-smi -q fabric": (_judged(lambda t: nvlink.FabricFacts([], True,
+                                                                  nvlink.parse_fabric(t), True),
+                                     lambda f: nvlink.check_fabric(f, {}, None)),
+                             ["health/nvlink/*-q*.txt"]),
+    "dcgmi diag -j": (_judged(dcgm.parse, lambda f: dcgm.check_dcgm(f, {}, EPILOG)),
+                      ["health/dcgm/*.json"]),
+    "kmsg xid": (_kmsg, ["health/xid/kmsg_lines.txt"]),
     "nccl-log": (lambda text: nccl_log.parse_log(text, "log"),
                  ["nccl/*.log", "nccl/versions/*.log"]),
     "nccl-tests": (nccl_tests.parse, ["nccl/nccl-tests-*.txt"]),

@@ -62,6 +62,9 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/burnin1 --burn-in burnin"
     " --state-dir /var/lib/slurmfabric/health":
         "tests/cluster/test_pairs_cluster.py::test_gate_drains_the_suspect_and_burn_in_resumes_only_it",
+    "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/burnin2 --burn-in burnin"
+    " --gpu-stage --health-config /etc/slurmfabric/health.toml":
+        "tests/cluster/test_pairs_cluster.py::test_burn_in_gpu_stage_keeps_a_node_whose_gpus_fail",
     "slurmfabric pairs report /shared/burnin1 --drain --resume-passing --state-dir"
     " /var/lib/slurmfabric/health":
         "tests/cluster/test_pairs_cluster.py::test_gate_drains_the_suspect_and_burn_in_resumes_only_it",
@@ -167,8 +170,9 @@ def _check_from_snapshot(proc: subprocess.CompletedProcess[str], work: Path) -> 
 
 
 def _check_hooks(proc: subprocess.CompletedProcess[str], work: Path) -> None:
-    for hook in ("prolog", "epilog"):
-        path = work / "etc-slurm-hooks" / f"slurmfabric-{hook}"
+    for script, hook in (("prolog", "prolog"), ("epilog", "epilog"),
+                         ("healthcheck", "periodic")):
+        path = work / "etc-slurm-hooks" / f"slurmfabric-{script}"
         text = path.read_text()
         assert os.access(path, os.X_OK)
         assert "SLURMFABRIC_BIN=/opt/slurmfabric/bin/slurmfabric\n" in text
