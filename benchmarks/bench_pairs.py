@@ -3,17 +3,28 @@ pairs (N^2/2), so doubling N costs about 4x, not 8x (it did, before issue 12).
 
 Builds a full round-robin plan and synthetic bandwidths (one slow node, one slow link) for
 N = 64, 128, 256 nodes and times ``check_execution`` + ``analyze``; prints each time and its
-ratio to N = 64, next to the pair-count ratio.
+ratio to N = 64, next to the pair-count ratio. Then the whole report of one round (N/2
+pairs: what a quick sweep of a large cluster gives) for N = 512, 2,048 and 8,192 nodes,
+analysis, execution checks, the text report and the JSON, with its ratio to N = 512 next to
+the result-count ratio (goal: 8,192 nodes under 2 s), and the time to schedule every pair of
+1,000 nodes (goal: under 1 s).
 
     .venv/bin/python benchmarks/bench_pairs.py
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from slurmfabric.pairsweep.plan import round_robin
-from slurmfabric.pairsweep.report import PairResult, analyze, check_execution
+from slurmfabric.pairsweep.report import (
+    PairResult,
+    analyze,
+    check_execution,
+    render_table,
+    round_overlap,
+)
 
 
 def case(n: int) -> float:
@@ -36,6 +47,31 @@ def case(n: int) -> float:
     return elapsed
 
 
+def one_round(n: int) -> float:
+    """The report of one round of N/2 pairs, as 'pairs report' builds it."""
+    nodes = [f"n{i:05d}" for i in range(n)]
+    rnd = round_robin(nodes)[0]
+    plan = {"nodes": nodes, "rounds": [rnd]}
+    pairs, values = [], {}
+    for a, b in rnd:
+        res = PairResult(round=1, pair=(a, b), busbw=360.0, rc=0, ran_on=[a, b], start=1.0,
+                         end=2.0)
+        pairs.append(res)
+        values[(a, b)] = 180.0 if nodes[3] in (a, b) else 360.0
+    start = time.perf_counter()
+    check_execution(plan, pairs)
+    round_overlap(pairs)
+    result = analyze(nodes, values)
+    render_table(nodes, values, result)
+    json.dumps({"pairs": [{"pair": list(r.pair), "busbw": r.busbw} for r in pairs],
+                "node_median": result.node_median, "messages": result.messages})
+    elapsed = time.perf_counter() - start
+    # One partner per node: the slow pair's two nodes look alike (a retest tells them apart).
+    slow = next(p for p in rnd if nodes[3] in p)
+    assert sorted(result.suspect_nodes) == sorted(slow), result.messages
+    return elapsed
+
+
 def main() -> None:
     base = None
     for n in (64, 128, 256):
@@ -43,6 +79,17 @@ def main() -> None:
         base = base or seconds
         print(f"N={n:4d}  pairs={n * (n - 1) // 2:6d}  {seconds * 1e3:8.1f} ms  "
               f"{seconds / base:5.1f}x N=64 (pairs: {(n * (n - 1)) / (64 * 63):4.1f}x)")
+    base = None
+    for n in (512, 2048, 8192):
+        seconds = min(one_round(n) for _ in range(3))
+        base = base or seconds
+        print(f"one round, N={n:5d}  pairs={n // 2:5d}  {seconds * 1e3:8.1f} ms  "
+              f"{seconds / base:5.1f}x N=512 (results: {n / 512:4.1f}x)")
+    start = time.perf_counter()
+    rounds = round_robin([f"n{i:04d}" for i in range(1000)])
+    took = time.perf_counter() - start
+    print(f"schedule of 1,000 nodes: {len(rounds)} rounds, "
+          f"{sum(len(r) for r in rounds)} pairs in {took * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

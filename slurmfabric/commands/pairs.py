@@ -50,8 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("results")
     r.add_argument("--json", action="store_true")
     r.add_argument("--svg", help="write an SVG heatmap here")
-    r.add_argument("--threshold", type=number(0, 1, low_open=True), default=0.8,
-                   help="a pair is low below this fraction of the reference (default 0.8)")
+    r.add_argument("--threshold", type=number(0, 1, low_open=True), default=None,
+                   help="a pair is low below this fraction of the reference (default 0.8 of "
+                   "the median, 0.93 of the best)")
+    r.add_argument("--reference", choices=("median", "best"), default="median",
+                   help="what a pair is judged against: the median of the node medians "
+                   "(default), or the best pair of the sweep (NVIDIA ClusterKit's rule)")
+    r.add_argument("--expected", type=number(0, 100000, low_open=True), metavar="GBPS",
+                   help="judge against this bus bandwidth instead (GB/s)")
     r.add_argument("--drain", action="store_true",
                    help="drain suspect nodes (reason 'slurmfabric: pairs: ...')")
     r.add_argument("--resume-passing", action="store_true",
@@ -188,6 +194,9 @@ def _gate(args, analysis) -> list[str]:
     return lines
 
 
+MATRIX_JSON_MAX = 256  # nodes up to which --json carries the matrix ("pairs" always)
+
+
 def _report(args: argparse.Namespace) -> int:
     from slurmfabric.pairsweep.heatmap import render_svg
     from slurmfabric.pairsweep.report import (
@@ -206,12 +215,15 @@ def _report(args: argparse.Namespace) -> int:
     nodes = plan["nodes"]
     values = {r.pair: (r.busbw if r.ok else None) for r in pairs}
     failed = [r.pair for r in pairs if not r.ok]
-    analysis = analyze(nodes, values, args.threshold, failed)
+    threshold = args.threshold if args.threshold is not None else (
+        0.93 if args.reference == "best" and args.expected is None else 0.8)
+    analysis = analyze(nodes, values, threshold, failed, args.reference, args.expected)
     verdicts = gpu_stage(results, plan)
     analysis = with_gpu_stage(analysis, verdicts)
     execution = check_execution(plan, pairs)
     overlap = round_overlap(pairs)
     gate = _gate(args, analysis) if (args.drain or args.resume_passing) else []
+    big = len(nodes) > MATRIX_JSON_MAX  # N x N cells: 67 million at 8,192 nodes
     if args.svg:
         Path(args.svg).write_text(render_svg(
             nodes, matrix(nodes, values), analysis.reference,
@@ -220,7 +232,8 @@ def _report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "nodes": nodes, "rounds": [[list(p) for p in r] for r in plan["rounds"]],
-            "matrix": matrix(nodes, values), "reference": analysis.reference,
+            "matrix": None if big else matrix(nodes, values), "reference": analysis.reference,
+            "node_median": analysis.node_median,
             "pairs": [{"round": r.round, "pair": list(r.pair), "busbw": r.busbw, "rc": r.rc,
                        "ran_on": r.ran_on, "error": r.error} for r in pairs],
             "low_pairs": [list(p) for p in analysis.low_pairs],

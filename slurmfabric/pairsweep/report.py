@@ -139,18 +139,30 @@ def _full_sweep(plan: dict) -> bool:
 
 
 def round_overlap(pairs: list[PairResult]) -> dict[int, bool]:
-    """Per round with 2+ pairs: did the steps really run at the same time?"""
-    out = {}
-    for rnd in sorted({r.round for r in pairs}):
-        spans = [(r.start, r.end) for r in pairs if r.round == rnd and r.start and r.end]
-        if len(spans) >= 2:
-            out[rnd] = max(s for s, _ in spans) < min(e for _, e in spans)
-    return out
+    """Per round with 2+ pairs: did the steps really run at the same time? One pass over the
+    results (grouped by round first: a scan per round was rounds x pairs)."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for r in pairs:
+        if r.start and r.end:
+            spans.setdefault(r.round, []).append((r.start, r.end))
+    return {rnd: max(s for s, _ in got) < min(e for _, e in got)
+            for rnd, got in sorted(spans.items()) if len(got) >= 2}
+
+
+REFERENCES = ("median", "best")
 
 
 def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float = 0.8,
-            failed: list[Pair] | None = None) -> Analysis:
-    """Robust outliers against the median and the node (or link) that explains them."""
+            failed: list[Pair] | None = None, reference: str = "median",
+            expected: float | None = None) -> Analysis:
+    """Robust outliers against a reference and the node (or link) that explains them.
+
+    The reference is ``median`` (the median of the node medians: one bad node cannot drag it
+    down), ``best`` (the best pair the sweep measured, NVIDIA ClusterKit's rule, with 0.93)
+    or ``expected`` GB/s when given. A pair is low below ``threshold`` x the reference.
+    Nodes and pairs are visited in a fixed order: the same results give the same report."""
+    if reference not in REFERENCES:
+        raise ValueError(f"reference {reference!r}: use one of {REFERENCES}")
     failed = list(failed or [])
     measured = {frozenset(p): v for p, v in values.items() if v is not None}
     # Every per-node question below is answered from these indexes, built in one pass over
@@ -171,9 +183,15 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
     node_median = {n: (statistics.median(of_node[n]) if of_node.get(n) else None)
                    for n in nodes}
     medians = [m for m in node_median.values() if m is not None]
-    reference = statistics.median(medians) if medians else None
-    cut = threshold * reference if reference else None
-    low = [p for p, v in values.items() if v is not None and cut is not None and v < cut]
+    if expected is not None:
+        basis: float | None = expected
+    elif reference == "best":
+        basis = max(measured.values()) if measured else None
+    else:
+        basis = statistics.median(medians) if medians else None
+    cut = threshold * basis if basis else None
+    # Sorted, so the report does not depend on the order results were read in.
+    low = sorted(p for p, v in values.items() if v is not None and cut is not None and v < cut)
     suspects = [n for n, med in node_median.items()
                 if cut is not None and med is not None and med < cut]
     # Failed pairs: a node that fails with most of its partners is the suspect too.
@@ -183,10 +201,10 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
         if n not in suspects and tried and len(bad) * 2 > tried and len(bad) >= 2:
             suspects.append(n)
     suspect_set = set(suspects)
-    links = [p for p in low + failed if not (set(p) & suspect_set)]
+    links = sorted(p for p in set(low) | set(failed) if not (set(p) & suspect_set))
     # Report percentages against healthy pairs only (no suspect involved).
     healthy = [v for p, v in measured.items() if not (set(p) & suspect_set)]
-    ref_ok = statistics.median(healthy) if healthy else reference
+    ref_ok = statistics.median(healthy) if healthy else basis
     messages = []
     for n in suspects:
         mine = values_of.get(n, [])
@@ -212,8 +230,10 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
             messages.append(f"pair {a}+{b} is at {pct:.0f} % while both are fine with others: "
                             f"suspect the link or switch path between them")
     if not messages:
+        against = (f"{expected:g} GB/s expected" if expected is not None else
+                   "the best pair" if reference == "best" else "the median")
         messages.append("no outliers: every pair is within "
-                        f"{100 * (1 - threshold):.0f} % of the median")
+                        f"{100 * (1 - threshold):.0f} % of {against}")
     return Analysis(nodes=nodes, reference=ref_ok, threshold=threshold, node_median=node_median,
                     low_pairs=low, failed_pairs=failed, suspect_nodes=suspects,
                     suspect_links=links, messages=messages)
@@ -258,9 +278,16 @@ def matrix(nodes: list[str], values: dict[Pair, float | None]) -> list[list[floa
     return m
 
 
+MATRIX_MAX = 32  # nodes up to which the text report prints the whole matrix
+
+
 def render_table(nodes: list[str], values: dict[Pair, float | None],
                  analysis: Analysis) -> str:
-    """Matrix of busbw in GB/s with a '!' on low pairs, then the findings."""
+    """Matrix of busbw in GB/s with a '!' on low pairs, then the findings. Beyond
+    MATRIX_MAX nodes a matrix is unreadable and quadratic to print: a per-node summary
+    (the worst nodes first) takes its place, linear in the number of results."""
+    if len(nodes) > MATRIX_MAX:
+        return _render_nodes(nodes, values, analysis)
     m = matrix(nodes, values)
     low = {frozenset(p) for p in analysis.low_pairs}
     failed = {frozenset(p) for p in analysis.failed_pairs}
@@ -283,5 +310,37 @@ def render_table(nodes: list[str], values: dict[Pair, float | None],
     ref = "n/a" if analysis.reference is None else f"{analysis.reference:.1f} GB/s"
     lines.append(f"reference (median of healthy pairs): {ref}; low = below "
                  f"{analysis.threshold:.0%} of the node medians' median ('!')")
+    lines += [f"- {msg}" for msg in analysis.messages]
+    return "\n".join(lines)
+
+
+def _render_nodes(nodes: list[str], values: dict[Pair, float | None], analysis: Analysis,
+                  shown: int = 20) -> str:
+    low_of: dict[str, int] = {}
+    pairs_of: dict[str, int] = {}
+    for p in values:
+        for n in set(p):
+            pairs_of[n] = pairs_of.get(n, 0) + 1
+    for p in analysis.low_pairs:
+        for n in set(p):
+            low_of[n] = low_of.get(n, 0) + 1
+    suspects = set(analysis.suspect_nodes)
+
+    def order(n: str) -> tuple:
+        med = analysis.node_median.get(n)
+        return (n not in suspects, med if med is not None else -1.0, n)
+
+    worst = sorted(nodes, key=order)[:max(shown, len(suspects))]
+    width = max(8, max(len(n) for n in nodes) + 1)
+    lines = [f"{len(nodes)} nodes, {len(values)} pairs; the {len(worst)} lowest node medians:",
+             "node".ljust(width) + "median GB/s".rjust(12) + "pairs".rjust(7) + "low".rjust(6)]
+    for n in worst:
+        med = analysis.node_median.get(n)
+        cell = "n/a" if med is None else f"{med:.1f}" + ("!" if n in suspects else "")
+        lines.append(n.ljust(width) + cell.rjust(12) + str(pairs_of.get(n, 0)).rjust(7)
+                     + str(low_of.get(n, 0)).rjust(6))
+    ref = "n/a" if analysis.reference is None else f"{analysis.reference:.1f} GB/s"
+    lines.append(f"reference (median of healthy pairs): {ref}; '!' = suspect node; --json "
+                 "has every pair")
     lines += [f"- {msg}" for msg in analysis.messages]
     return "\n".join(lines)

@@ -229,3 +229,49 @@ def test_sweep_script_matches_its_golden_file_and_passes_shellcheck(tmp_path) ->
     lint = subprocess.run(["shellcheck", "--shell=bash", str(script)], capture_output=True,
                           text=True)
     assert lint.returncode == 0, lint.stdout
+
+
+def _eight(slow: float) -> tuple[list[str], dict]:
+    nodes = [f"n{i}" for i in range(8)]
+    values = {p: (slow if "n5" in p else 360.0 - i % 3)
+              for i, p in enumerate(itertools.combinations(nodes, 2))}
+    return nodes, values
+
+
+def test_the_sweeps_best_catches_a_node_the_median_rule_lets_pass():
+    """A node at 89 % (320 of 360 GB/s): fine by 0.8 x median, suspect by ClusterKit's 0.93 x
+    best, and by an expected figure."""
+    nodes, values = _eight(320.0)
+    assert analyze(nodes, values).suspect_nodes == []
+    best = analyze(nodes, values, 0.93, reference="best")
+    assert best.suspect_nodes == ["n5"] and best.suspect_links == []
+    assert analyze(nodes, values, 0.8, expected=420.0).suspect_nodes == ["n5"]
+    assert analyze(nodes, values, 0.8, expected=380.0).suspect_nodes == []
+    with pytest.raises(ValueError, match="reference"):
+        analyze(nodes, values, reference="mean")
+
+
+def test_the_same_results_in_any_order_give_the_same_report():
+    nodes, values = _eight(180.0)
+    values[("n1", "n2")] = 150.0  # and one slow link between two good nodes
+    first = analyze(nodes, values, 0.93, reference="best")
+    shuffled = dict(reversed(list(values.items())))
+    again = analyze(nodes, shuffled, 0.93, reference="best")
+    assert (again.suspect_nodes, again.suspect_links, again.low_pairs, again.messages) == (
+        first.suspect_nodes, first.suspect_links, first.low_pairs, first.messages)
+    assert first.suspect_nodes == ["n5"] and first.suspect_links == [("n1", "n2")]
+
+
+def test_a_large_sweep_prints_nodes_not_a_matrix(tmp_path, capsys, monkeypatch):
+    nodes = [f"n{i:02d}" for i in range(40)]
+    plan = fakebw.sweep_results(tmp_path / "res", nodes, {"n17": 180.0})
+    assert cmd.main(["report", str(plan.results)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "40 nodes, 780 pairs; the 20 lowest node medians:"
+    assert lines[2].split() == ["n17", "178.6!", "39", "39"]  # the suspect first
+    assert len(lines) < 30  # not 41 rows of 40 cells
+    monkeypatch.setattr(cmd, "MATRIX_JSON_MAX", 16)
+    assert cmd.main(["report", str(plan.results), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["matrix"] is None and len(data["pairs"]) == 780
+    assert data["node_median"]["n17"] < 180
