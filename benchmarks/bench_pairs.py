@@ -66,9 +66,9 @@ def one_round(n: int) -> float:
     json.dumps({"pairs": [{"pair": list(r.pair), "busbw": r.busbw} for r in pairs],
                 "node_median": result.node_median, "messages": result.messages})
     elapsed = time.perf_counter() - start
-    # One partner per node: the slow pair's two nodes look alike (a retest tells them apart).
+    # One partner per node: node and link cannot be told apart yet (a retest does that).
     slow = next(p for p in rnd if nodes[3] in p)
-    assert sorted(result.suspect_nodes) == sorted(slow), result.messages
+    assert result.unresolved == [slow] and not result.suspect_nodes, result.messages
     return elapsed
 
 

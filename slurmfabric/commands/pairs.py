@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="burn-in gate: first run 'slurmfabric health burn-in' on every node "
                    "(DCGM level 3, or the site's gpu_stress_argv); 'pairs report' then "
                    "counts a node as passing only if its GPUs and its links pass")
+    s.add_argument("--retests", type=number(0, 10, integer=True), default=2,
+                   help="retest passes in the same job for pairs still below the bar, each "
+                   "suspect node also paired with good ones (default 2; 0: none)")
+    _judge_options(s, "used by the retests and by 'pairs report'")
     s.add_argument("--state-dir", help="drain state directory (as for 'pairs report')")
     s.add_argument("--health-config", metavar="FILE", help="site health config whose [runner] "
                    "drain policy applies (default: $SLURMFABRIC_HEALTH_CONFIG or "
@@ -49,15 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="matrix, outliers and suspects from a results directory")
     r.add_argument("results")
     r.add_argument("--json", action="store_true")
+    r.add_argument("--markdown", action="store_true", help="print the report as Markdown")
+    r.add_argument("--baseline", metavar="FILE", help="flag nodes and pairs that drifted "
+                   "below this baseline ('pairs baseline')")
+    r.add_argument("--drift", type=number(0, 1, low_open=True), default=0.05,
+                   help="drift that counts, as a fraction of the baseline (default 0.05)")
     r.add_argument("--svg", help="write an SVG heatmap here")
-    r.add_argument("--threshold", type=number(0, 1, low_open=True), default=None,
-                   help="a pair is low below this fraction of the reference (default 0.8 of "
-                   "the median, 0.93 of the best)")
-    r.add_argument("--reference", choices=("median", "best"), default="median",
-                   help="what a pair is judged against: the median of the node medians "
-                   "(default), or the best pair of the sweep (NVIDIA ClusterKit's rule)")
-    r.add_argument("--expected", type=number(0, 100000, low_open=True), metavar="GBPS",
-                   help="judge against this bus bandwidth instead (GB/s)")
+    _judge_options(r, "default: as the sweep was submitted")
     r.add_argument("--drain", action="store_true",
                    help="drain suspect nodes (reason 'slurmfabric: pairs: ...')")
     r.add_argument("--resume-passing", action="store_true",
@@ -66,9 +68,42 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--health-config", metavar="FILE", help="site health config whose [runner] "
                    "drain policy applies (default: $SLURMFABRIC_HEALTH_CONFIG or "
                    "/etc/slurmfabric/health.toml)")
+    b = sub.add_parser("baseline", help="build a baseline (per node and pair: median, min, "
+                       "max) from known-good sweeps, for 'pairs report --baseline'")
+    b.add_argument("results", nargs="+", help="results directories of one or more sweeps")
+    b.add_argument("-o", "--output", required=True, help="baseline file to write (JSON)")
+    t = sub.add_parser("retest-plan", help="print the next retest pass's pairs (the sweep "
+                       "job runs this between passes): 'ROUND NODE NODE' lines")
+    t.add_argument("results")
+    t.add_argument("--pass", dest="pass_", type=number(1, 10, integer=True), required=True,
+                   help="the pass about to run (1 after the sweep's own rounds)")
     c = sub.add_parser("schedule", help="print the round-robin rounds for a node list")
     c.add_argument("--nodes", required=True)
     return p
+
+
+def _judge_options(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--reference", choices=("median", "best"), default=None,
+                   help="what a pair is judged against: the median of the node medians, or "
+                   f"the best pair of the sweep (NVIDIA ClusterKit's rule); {default}, "
+                   "else median")
+    p.add_argument("--threshold", type=number(0, 1, low_open=True), default=None,
+                   help="a pair is low below this fraction of the reference (0.8 of the "
+                   "median, 0.93 of the best)")
+    p.add_argument("--expected", type=number(0, 100000, low_open=True), metavar="GBPS",
+                   help="judge against this bus bandwidth instead (GB/s)")
+
+
+def _judge(args: argparse.Namespace, saved: dict | None = None) -> dict:
+    """The options given now, else the sweep's (plan.json), else the defaults."""
+    saved = saved or {}
+    reference = args.reference or saved.get("reference") or "median"
+    expected = args.expected if args.expected is not None else saved.get("expected")
+    threshold = args.threshold if args.threshold is not None else saved.get("threshold")
+    if threshold is None:
+        threshold = 0.93 if reference == "best" and expected is None else 0.8
+    return {"reference": reference, "threshold": float(threshold),
+            "expected": None if expected is None else float(expected)}
 
 
 def _nodes(expr: str) -> list[str]:
@@ -100,20 +135,21 @@ def _plan(args: argparse.Namespace):
         nodes=nodes, rounds=rounds, results=Path(args.results), command=command,
         partition=args.partition, time_limit=args.time_limit,
         tasks_per_node=args.tasks_per_node, gpus_per_node=args.gpus_per_node, mpi=args.mpi,
-        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg,
+        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg, retests=args.retests,
+        judge=_judge(args),
     )
 
 
 def _submit(args: argparse.Namespace) -> int:
     from slurmfabric import submit
+    from slurmfabric.commands.health import _this_executable
     from slurmfabric.pairsweep.plan import render_script, write_plan
 
     plan = _plan(args)
+    plan.retest_cmd = [_this_executable()]
     if args.burn_in:
         plan.sbatch_args.append(f"--reservation={args.burn_in}")
     if args.gpu_stage:
-        from slurmfabric.commands.health import _this_executable
-
         plan.gpu_stage = [_this_executable(), "health", "burn-in", "--results",
                           str(plan.results)]
         if args.health_config:
@@ -203,8 +239,10 @@ def _report(args: argparse.Namespace) -> int:
         analyze,
         check_execution,
         gpu_stage,
+        latest,
         load_results,
         matrix,
+        render_markdown,
         render_table,
         round_overlap,
         with_gpu_stage,
@@ -213,15 +251,26 @@ def _report(args: argparse.Namespace) -> int:
     results = Path(args.results)
     plan, pairs = load_results(results)
     nodes = plan["nodes"]
-    values = {r.pair: (r.busbw if r.ok else None) for r in pairs}
-    failed = [r.pair for r in pairs if not r.ok]
-    threshold = args.threshold if args.threshold is not None else (
-        0.93 if args.reference == "best" and args.expected is None else 0.8)
-    analysis = analyze(nodes, values, threshold, failed, args.reference, args.expected)
+    values, failed = latest(pairs)
+    judge = _judge(args, plan.get("judge"))
+    analysis = analyze(nodes, values, judge["threshold"], failed, judge["reference"],
+                       judge["expected"])
+    pairs_sweep = [r for r in pairs if not r.retest]
+    first = analysis
+    if len(pairs_sweep) < len(pairs):  # what the sweep alone said, before its retests
+        sweep_values, sweep_failed = latest(pairs_sweep)
+        first = analyze(nodes, sweep_values, judge["threshold"], sweep_failed,
+                        judge["reference"], judge["expected"])
+    recovered = [p for p in first.flagged if p not in set(analysis.flagged)]
+    drifted = []
+    if args.baseline:
+        from slurmfabric.pairsweep import baseline as baseline_mod
+
+        drifted = baseline_mod.drift(values, baseline_mod.read(args.baseline), args.drift)
     verdicts = gpu_stage(results, plan)
     analysis = with_gpu_stage(analysis, verdicts)
-    execution = check_execution(plan, pairs)
-    overlap = round_overlap(pairs)
+    execution = check_execution(plan, pairs_sweep)
+    overlap = round_overlap(pairs_sweep)
     gate = _gate(args, analysis) if (args.drain or args.resume_passing) else []
     big = len(nodes) > MATRIX_JSON_MAX  # N x N cells: 67 million at 8,192 nodes
     if args.svg:
@@ -235,7 +284,13 @@ def _report(args: argparse.Namespace) -> int:
             "matrix": None if big else matrix(nodes, values), "reference": analysis.reference,
             "node_median": analysis.node_median,
             "pairs": [{"round": r.round, "pair": list(r.pair), "busbw": r.busbw, "rc": r.rc,
-                       "ran_on": r.ran_on, "error": r.error} for r in pairs],
+                       "ran_on": r.ran_on, "error": r.error} for r in pairs_sweep],
+            "retests": [{"pass": r.retest, "round": r.round, "pair": list(r.pair),
+                         "busbw": r.busbw, "error": r.error} for r in pairs if r.retest],
+            "recovered": [list(p) for p in recovered],
+            "unresolved": [list(p) for p in analysis.unresolved], "judge": judge,
+            "drift": [{"kind": d.kind, "what": d.what, "now": d.now, "baseline": d.baseline,
+                       "drop": round(d.drop, 4)} for d in drifted],
             "low_pairs": [list(p) for p in analysis.low_pairs],
             "suspect_nodes": analysis.suspect_nodes,
             "suspect_links": [list(p) for p in analysis.suspect_links],
@@ -243,17 +298,59 @@ def _report(args: argparse.Namespace) -> int:
             "rounds_concurrent": {str(k): v for k, v in overlap.items()}, "gate": gate,
             "gpu_stage": verdicts,
         }, indent=2))
+    elif args.markdown:
+        print(render_markdown(nodes, values, analysis, [d.message() for d in drifted],
+                              recovered, len(pairs) - len(pairs_sweep)))
     else:
         print(render_table(nodes, values, analysis))
+        for item in drifted:
+            print(f"drift: {item.message()}")
         for problem in execution:
             print(f"! {problem}")
         for rnd, ran_together in overlap.items():
             if not ran_together:
                 print(f"note: the pairs of round {rnd} did not overlap in time")
+        for a, b in recovered:
+            print(f"note: pair {a}+{b} was low at first and fine when retested: not a suspect")
         for line in gate:
             print(line)
-    bad = analysis.suspect_nodes or analysis.suspect_links or execution
+    bad = (analysis.suspect_nodes or analysis.suspect_links or analysis.unresolved or execution
+           or drifted)
     return 1 if bad else 0
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    from slurmfabric.pairsweep import baseline as baseline_mod
+    from slurmfabric.pairsweep.report import latest, load_results
+
+    sweeps = []
+    for results in args.results:
+        _, pairs = load_results(Path(results))
+        sweeps.append((str(Path(results).resolve()), latest(pairs)[0]))
+    data = baseline_mod.build(sweeps)
+    baseline_mod.write(Path(args.output), data)
+    print(f"{args.output}: {len(data['nodes'])} nodes, {len(data['pairs'])} pairs from "
+          f"{len(sweeps)} sweep(s)")
+    return 0
+
+
+def _retest_plan(args: argparse.Namespace) -> int:
+    """The pairs of retest pass K, judged on everything measured so far; prints nothing
+    when nothing is left to retest (the job then stops retesting)."""
+    from slurmfabric.pairsweep.plan import schedule_pairs
+    from slurmfabric.pairsweep.report import analyze, latest, load_results, retest_pairs
+
+    plan, pairs = load_results(Path(args.results))
+    pairs = [r for r in pairs if r.retest < args.pass_]
+    judge = _judge(argparse.Namespace(reference=None, threshold=None, expected=None),
+                   plan.get("judge"))
+    values, failed = latest(pairs)
+    analysis = analyze(plan["nodes"], values, judge["threshold"], failed, judge["reference"],
+                       judge["expected"])
+    for i, rnd in enumerate(schedule_pairs(retest_pairs(analysis)), 1):
+        for a, b in rnd:
+            print(f"{i:02d} {a} {b}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -262,6 +359,10 @@ def main(argv: list[str]) -> int:
         return _submit(args)
     if args.action == "report":
         return _report(args)
+    if args.action == "retest-plan":
+        return _retest_plan(args)
+    if args.action == "baseline":
+        return _baseline(args)
     from slurmfabric.pairsweep.plan import round_robin
 
     for i, rnd in enumerate(round_robin(_nodes(args.nodes)), 1):

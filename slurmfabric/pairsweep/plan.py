@@ -104,6 +104,11 @@ class SweepPlan:
     # Burn-in: argv run once per node before the pairs ("slurmfabric health burn-in ...");
     # each node writes gpu-<node>.json into the results, which 'pairs report' judges.
     gpu_stage: list[str] | None = None
+    # Retest passes after the rounds (``pairs retest-plan`` decides each pass's pairs) and
+    # how a pair is judged, in the job and in 'pairs report' alike.
+    retests: int = 0
+    judge: dict = field(default_factory=dict)  # {"reference", "threshold", "expected"}
+    retest_cmd: list[str] | None = None  # the slurmfabric executable's argv prefix
 
     def __post_init__(self) -> None:
         for node in self.nodes:
@@ -131,7 +136,8 @@ class SweepPlan:
             "version": 1, "generator": f"slurmfabric {__version__}", "nodes": self.nodes,
             "rounds": [[list(p) for p in rnd] for rnd in self.rounds],
             "command": self.command, "tasks_per_node": self.tasks_per_node,
-            "created": self.created, "gpu_stage": self.gpu_stage,
+            "created": self.created, "gpu_stage": self.gpu_stage, "retests": self.retests,
+            "judge": self.judge,
         }, indent=2)
 
 
@@ -186,6 +192,8 @@ def render_script(plan: SweepPlan) -> str:
         gpu_step.append(f"--gpus-per-node={plan.gpus_per_node}")
     text = environment().get_template("pairs.sh.j2").render(
         plan=plan, directives=directives, step=step, rounds=rounds, gpu_step=gpu_step,
+        retest_cmd=[*(plan.retest_cmd or ["slurmfabric"]), "pairs", "retest-plan",
+                    str(plan.results)],
         task_wrapper=_TASK_WRAPPER, plan_file=str(plan.results / PLAN_FILE),
         version=__version__)
     return text.rstrip("\n") + "\n"

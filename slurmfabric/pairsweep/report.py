@@ -30,6 +30,7 @@ class PairResult:
     start: float | None = None
     end: float | None = None
     error: str | None = None
+    retest: int = 0  # 0: the sweep itself; k: retest pass k
 
     @property
     def ok(self) -> bool:
@@ -47,10 +48,19 @@ class Analysis:
     suspect_nodes: list[str]
     suspect_links: list[Pair]
     messages: list[str]
+    # Low or failed pairs whose nodes were not measured well with another partner: node or
+    # link cannot be told apart yet (a retest pairs each node with a good one).
+    unresolved: list[Pair] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> list[Pair]:
+        """Every pair below the bar or failed, in a fixed order."""
+        return sorted(set(self.low_pairs) | set(self.failed_pairs))
 
     @property
     def passing_nodes(self) -> list[str]:
-        bad = set(self.suspect_nodes) | {n for p in self.suspect_links for n in p}
+        bad = set(self.suspect_nodes) | {n for p in self.suspect_links + self.unresolved
+                                         for n in p}
         return [n for n in self.nodes if n not in bad]
 
 
@@ -62,9 +72,9 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def load_pair(results: Path, round_index: int, pair: Pair) -> PairResult:
-    base = pair_base(results, round_index, pair)
-    res = PairResult(round=round_index + 1, pair=pair)
+def load_pair(results: Path, round_index: int, pair: Pair, retest: int = 0) -> PairResult:
+    base = pair_base(results / f"retest-{retest}" if retest else results, round_index, pair)
+    res = PairResult(round=round_index + 1, pair=pair, retest=retest)
     res.rc = _read_int(base.with_suffix(".rc"))
     try:
         tasks = base.with_suffix(".tasks").read_text(errors="replace").splitlines()
@@ -99,9 +109,67 @@ def load_pair(results: Path, round_index: int, pair: Pair) -> PairResult:
 
 
 def load_results(results: Path) -> tuple[dict, list[PairResult]]:
+    """The sweep's pairs, then each retest pass's (``retest-K.pairs`` lists what ran)."""
     plan = read_plan(results)
     pairs = [load_pair(results, i, p) for i, rnd in enumerate(plan["rounds"]) for p in rnd]
+    known = set(plan["nodes"])
+    for k in range(1, MAX_RETESTS + 1):  # the passes that ran, in order
+        listed = results / f"retest-{k}.pairs"
+        if not listed.exists():
+            break
+        for round_index, pair in read_retest(listed, known):
+            pairs.append(load_pair(results, round_index, pair, k))
     return plan, pairs
+
+
+MAX_RETESTS = 10  # as 'pairs submit --retests' allows
+
+
+def read_retest(path: Path, nodes: set[str]) -> list[tuple[int, Pair]]:
+    """``NN a b`` lines of a retest pass (what 'pairs retest-plan' printed); lines that do
+    not name two sweep nodes are not ours and are skipped."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()[:100_000]
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split()
+        if (len(parts) == 3 and parts[0].isascii() and parts[0].isdigit()
+                and len(parts[0]) < 6 and parts[1] in nodes and parts[2] in nodes):
+            out.append((int(parts[0]) - 1, (parts[1], parts[2])))
+    return out
+
+
+def latest(pairs: list[PairResult]) -> tuple[dict[Pair, float | None], list[Pair]]:
+    """Each pair's last measurement (a retest replaces the sweep's): values and failures,
+    keyed by the pair as the sweep first named it."""
+    name: dict[frozenset, Pair] = {}
+    last: dict[frozenset, PairResult] = {}
+    for res in pairs:
+        key = frozenset(res.pair)
+        name.setdefault(key, res.pair)
+        last[key] = res
+    values = {name[k]: (r.busbw if r.ok else None) for k, r in last.items()}
+    return values, [name[k] for k, r in last.items() if not r.ok]
+
+
+def retest_pairs(analysis: Analysis, partners: int = 2) -> list[Pair]:
+    """What the next retest pass runs: every flagged pair again, and for each node of a pair
+    not yet explained (not a suspect node, not a link between good nodes) up to
+    ``partners`` nodes that are good with everyone, so node and link can be told apart."""
+    flagged = analysis.flagged
+    involved = {n for p in flagged for n in p}
+    good = [n for n in analysis.nodes if n not in involved]
+    out = list(flagged)
+    needy = sorted({n for p in analysis.unresolved for n in p})
+    turn = 0
+    for node in needy:
+        for _ in range(min(partners, len(good))):
+            partner = good[turn % len(good)]
+            turn += 1
+            out.append((node, partner))
+    return out
 
 
 def check_execution(plan: dict, pairs: list[PairResult]) -> list[str]:
@@ -192,16 +260,25 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
     cut = threshold * basis if basis else None
     # Sorted, so the report does not depend on the order results were read in.
     low = sorted(p for p, v in values.items() if v is not None and cut is not None and v < cut)
-    suspects = [n for n, med in node_median.items()
-                if cut is not None and med is not None and med < cut]
-    # Failed pairs: a node that fails with most of its partners is the suspect too.
-    for n in nodes:
-        bad = failed_of.get(n, [])
-        tried = len(values_of.get(n, [])) + sum(1 for p in bad if p not in values)
-        if n not in suspects and tried and len(bad) * 2 > tried and len(bad) >= 2:
-            suspects.append(n)
+    # A node is named only when its pairs are bad (low or failed) with several partners,
+    # most of those it was measured with: one bad pair can be the other node or the path.
+    bad_of: dict[str, set[str]] = {}
+    tried_of: dict[str, set[str]] = {}
+    for p in set(low) | set(failed):
+        for n in p:
+            bad_of.setdefault(n, set()).update(x for x in p if x != n)
+    for p in list(values) + failed:
+        for n in p:
+            tried_of.setdefault(n, set()).update(x for x in p if x != n)
+    suspects = [n for n in nodes if len(bad_of.get(n, ())) >= 2
+                and 2 * len(bad_of[n]) > len(tried_of.get(n, ()))]
     suspect_set = set(suspects)
-    links = sorted(p for p in set(low) | set(failed) if not (set(p) & suspect_set))
+    rest = sorted(p for p in set(low) | set(failed) if not (set(p) & suspect_set))
+    # A link only when both its nodes are good with someone else.
+    good_elsewhere = {n for n in nodes
+                      if len(tried_of.get(n, ())) > len(bad_of.get(n, ()))}
+    links = [p for p in rest if all(n in good_elsewhere for n in p)]
+    unresolved = [p for p in rest if p not in links]
     # Report percentages against healthy pairs only (no suspect involved).
     healthy = [v for p, v in measured.items() if not (set(p) & suspect_set)]
     ref_ok = statistics.median(healthy) if healthy else basis
@@ -229,14 +306,20 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
             pct = 100.0 * v / ref_ok if ref_ok else 0.0
             messages.append(f"pair {a}+{b} is at {pct:.0f} % while both are fine with others: "
                             f"suspect the link or switch path between them")
+    for a, b in unresolved:
+        v = values.get((a, b))
+        what = "failed" if v is None else (
+            f"is at {100.0 * v / ref_ok:.0f} %" if ref_ok else "is low")
+        messages.append(f"pair {a}+{b} {what} and neither node was measured well with another "
+                        "partner: node or link is not known yet (pairs submit --retests)")
     if not messages:
         against = (f"{expected:g} GB/s expected" if expected is not None else
                    "the best pair" if reference == "best" else "the median")
         messages.append("no outliers: every pair is within "
                         f"{100 * (1 - threshold):.0f} % of {against}")
     return Analysis(nodes=nodes, reference=ref_ok, threshold=threshold, node_median=node_median,
-                    low_pairs=low, failed_pairs=failed, suspect_nodes=suspects,
-                    suspect_links=links, messages=messages)
+                    low_pairs=low, failed_pairs=sorted(failed), suspect_nodes=suspects,
+                    suspect_links=links, messages=messages, unresolved=unresolved)
 
 
 def gpu_stage(results: Path, plan: dict) -> dict[str, str | None]:
@@ -343,4 +426,25 @@ def _render_nodes(nodes: list[str], values: dict[Pair, float | None], analysis: 
     lines.append(f"reference (median of healthy pairs): {ref}; '!' = suspect node; --json "
                  "has every pair")
     lines += [f"- {msg}" for msg in analysis.messages]
+    return "\n".join(lines)
+
+
+def render_markdown(nodes: list[str], values: dict[Pair, float | None], analysis: Analysis,
+                    drift: list[str], recovered: list[Pair], retested: int) -> str:
+    """The findings as Markdown (for a ticket or a wiki page), then the per-node medians."""
+    ref = "n/a" if analysis.reference is None else f"{analysis.reference:.1f} GB/s"
+    lines = ["# Pair sweep report", "",
+             f"{len(nodes)} nodes, {len(values)} pairs, {retested} retests; reference "
+             f"(median of healthy pairs) {ref}.", "", "## Findings", ""]
+    lines += [f"- {msg}" for msg in analysis.messages]
+    lines += [f"- drift: {msg}" for msg in drift]
+    lines += [f"- pair {a}+{b} was low at first and fine when retested" for a, b in recovered]
+    suspects = set(analysis.suspect_nodes)
+    lines += ["", "## Nodes", "", "| node | median GB/s | verdict |", "|---|---:|---|"]
+    for n in sorted(nodes, key=lambda n: (n not in suspects, analysis.node_median.get(n) or 0,
+                                          n)):
+        med = analysis.node_median.get(n)
+        verdict = "suspect" if n in suspects else (
+            "pass" if n in set(analysis.passing_nodes) else "in a flagged pair")
+        lines.append(f"| {n} | {'n/a' if med is None else f'{med:.1f}'} | {verdict} |")
     return "\n".join(lines)

@@ -57,6 +57,13 @@ def test_pair_sweep_finds_the_degraded_node(cluster, tmp_path):
         assert p["busbw"] is not None and p["rc"] == 0
         expected = DEGRADED if bad in p["pair"] else 360.0
         assert expected * 0.95 < p["busbw"] <= expected
+    # The job retested what was flagged (sfn3's three pairs, one at a time, as they share
+    # sfn3), the verdict held, and the second pass found nothing left to run.
+    assert sorted(tuple(sorted(r["pair"])) for r in data["retests"]) == sorted(
+        tuple(sorted(p["pair"])) for p in data["pairs"] if bad in p["pair"])
+    assert {r["pass"] for r in data["retests"]} == {1} and data["recovered"] == []
+    assert (results / "retest-2.pairs").read_text() == ""
+    assert "retest 1 start" in job_out and "retest 2 start" not in job_out
     m = data["matrix"]
     assert all(m[i][i] is None for i in range(4))
     assert all(m[i][j] == m[j][i] for i in range(4) for j in range(4))

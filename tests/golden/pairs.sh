@@ -18,25 +18,25 @@ TEST_CMD=(all_reduce_perf -b 1G -e 8G -f 2 -g 1)
 # shellcheck disable=SC2016  # expanded by the task's /bin/sh, not here
 TASK_WRAPPER='echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} start $(date +%s.%N)" >> "$0"; "$@"; rc=$?; echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} end $(date +%s.%N) $rc" >> "$0"; exit $rc'
 
-run_pair() {  # round a b: one two-node job step, output kept per pair
-  local base="$RESULTS/round-$1/$2+$3"
-  srun "${STEP_ARGS[@]}" --nodelist="$2,$3" /bin/sh -c "$TASK_WRAPPER" "$base.tasks" "${TEST_CMD[@]}" > "$base.out" 2>&1
+run_pair() {  # dir round a b: one two-node job step, output kept per pair
+  local base="$1/round-$2/$3+$4"
+  srun "${STEP_ARGS[@]}" --nodelist="$3,$4" /bin/sh -c "$TASK_WRAPPER" "$base.tasks" "${TEST_CMD[@]}" > "$base.out" 2>&1
   echo $? > "$base.rc"
 }
 
 mkdir -p "$RESULTS/round-01"
 echo 'round 01: sfn1+sfn4 sfn2+sfn3' "start $(date +%s.%N)"
-run_pair 01 sfn1 sfn4 &
-run_pair 01 sfn2 sfn3 &
+run_pair "$RESULTS" 01 sfn1 sfn4 &
+run_pair "$RESULTS" 01 sfn2 sfn3 &
 wait
 mkdir -p "$RESULTS/round-02"
 echo 'round 02: sfn1+sfn3 sfn4+sfn2' "start $(date +%s.%N)"
-run_pair 02 sfn1 sfn3 &
-run_pair 02 sfn4 sfn2 &
+run_pair "$RESULTS" 02 sfn1 sfn3 &
+run_pair "$RESULTS" 02 sfn4 sfn2 &
 wait
 mkdir -p "$RESULTS/round-03"
 echo 'round 03: sfn1+sfn2 sfn3+sfn4' "start $(date +%s.%N)"
-run_pair 03 sfn1 sfn2 &
-run_pair 03 sfn3 sfn4 &
+run_pair "$RESULTS" 03 sfn1 sfn2 &
+run_pair "$RESULTS" 03 sfn3 sfn4 &
 wait
 echo "sweep done $(date +%s.%N)"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_script_quotes_values_and_runs_rounds_concurrently(tmp_path):
     assert "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --gpus-per-node=8" in text
     assert "--ntasks=16" in text and "--mpi=pmix" in text
     assert text.count("wait\n") == 3 and text.count(" &\n") == 6
-    assert "run_pair 01 sfn1 sfn4 &" in text
+    assert "run_pair \"$RESULTS\" 01 sfn1 sfn4 &" in text
     script = tmp_path / "s.sh"
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -185,7 +186,8 @@ def test_submit_dry_run_prints_script_and_submit_uses_slurmcmd(tmp_path, capsys,
     assert cmd.main(["submit", "--nodes", "sfn[1-3]", "--results", str(res)]) == 0
     assert "submitted job 42" in capsys.readouterr().out
     script = sb.call_args.args[0]
-    assert script.count("wait\n") == 3  # odd N: N rounds with a bye
+    assert script.count("\nwait\n") == 3  # odd N: N rounds with a bye (retests indented)
+    assert "for pass in $(seq 1 2); do" in script  # two retest passes by default
     assert json.loads((res / "plan.json").read_text())["nodes"] == ["sfn1", "sfn2", "sfn3"]
 
 
@@ -275,3 +277,121 @@ def test_a_large_sweep_prints_nodes_not_a_matrix(tmp_path, capsys, monkeypatch):
     data = json.loads(capsys.readouterr().out)
     assert data["matrix"] is None and len(data["pairs"]) == 780
     assert data["node_median"]["n17"] < 180
+
+
+def _retest(results: Path, k: int, rates: dict[str, float], capsys) -> list[str]:
+    """What the job does for pass k: ask retest-plan, run each pair (the double at the
+    slower node's rate), keep the outputs where the script keeps them."""
+    assert cmd.main(["retest-plan", str(results), "--pass", str(k)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (results / f"retest-{k}.pairs").write_text("".join(f"{line}\n" for line in lines))
+    for line in lines:
+        rnd, a, b = line.split()
+        base = results / f"retest-{k}" / f"round-{rnd}" / f"{a}+{b}"
+        base.parent.mkdir(parents=True, exist_ok=True)
+        base.with_suffix(".out").write_text(
+            fakebw.render([a, b], min(rates.get(n, 360.0) for n in (a, b)), 1 << 30, 8 << 30, 2))
+        base.with_suffix(".rc").write_text("0\n")
+    return lines
+
+
+def _one_round(tmp_path, rates):
+    """A quick sweep: one round of the round robin only (each node has one partner)."""
+    nodes = [f"n{i}" for i in range(8)]
+    plan = fakebw.sweep_results(tmp_path / "res", nodes, rates)
+    data = json.loads((plan.results / "plan.json").read_text())
+    data["rounds"] = data["rounds"][:1]
+    (plan.results / "plan.json").write_text(json.dumps(data))
+    return plan.results, data["rounds"][0]
+
+
+def test_a_retest_tells_the_bad_node_from_its_partner(tmp_path, capsys):
+    results, first = _one_round(tmp_path, {"n5": 180.0})
+    assert cmd.main(["report", str(results), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    pair = next(p for p in first if "n5" in p)
+    assert data["suspect_nodes"] == [] and data["unresolved"] == [pair]  # node or link?
+    lines = _retest(results, 1, {"n5": 180.0}, capsys)
+    partner = next(n for n in pair if n != "n5")
+    assert pair == ["n2", "n5"]  # round 1 of the circle method for n0..n7
+    # the pair again, and each of its nodes with two nodes that were fine, in 3 rounds
+    assert lines == ["01 n2 n5", "02 n2 n0", "02 n5 n3", "03 n2 n1", "03 n5 n4"]
+    assert cmd.main(["report", str(results), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["suspect_nodes"] == ["n5"] and data["unresolved"] == []
+    assert partner not in data["suspect_nodes"] and len(data["retests"]) == 5
+
+
+def test_a_noisy_pair_that_recovers_on_retest_names_nothing(tmp_path, capsys):
+    results = fakebw.sweep_results(tmp_path / "res", NODES4, {}).results
+    noisy = results / "round-01" / "sfn1+sfn4.out"  # a hiccup on one pair, once
+    noisy.write_text(fakebw.render(["sfn1", "sfn4"], 150.0, 1 << 30, 8 << 30, 2))
+    assert cmd.main(["report", str(results)]) == 1
+    assert "pair sfn1+sfn4 is at" in capsys.readouterr().out
+    assert [x.split()[1:] for x in _retest(results, 1, {}, capsys)] == [["sfn1", "sfn4"]]
+    assert cmd.main(["report", str(results), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["suspect_nodes"] == [] and data["suspect_links"] == []
+    assert data["recovered"] == [["sfn1", "sfn4"]]
+    assert _retest(results, 2, {}, capsys) == []  # nothing left: the job stops retesting
+
+
+def test_a_bad_link_stays_a_link_after_retest(tmp_path, capsys):
+    results = fakebw.sweep_results(tmp_path / "res", NODES4, {}).results
+    slow = results / "round-01" / "sfn1+sfn4.out"
+    slow.write_text(fakebw.render(["sfn1", "sfn4"], 150.0, 1 << 30, 8 << 30, 2))
+    lines = _retest(results, 1, {}, capsys)
+    # the retest measures it slow again (the double ignores the link, so write it again)
+    (results / "retest-1" / "round-01" / "sfn1+sfn4.out").write_text(
+        fakebw.render(["sfn1", "sfn4"], 150.0, 1 << 30, 8 << 30, 2))
+    assert [x.split()[1:] for x in lines] == [["sfn1", "sfn4"]]
+    assert cmd.main(["report", str(results), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["suspect_nodes"] == [] and data["suspect_links"] == [["sfn1", "sfn4"]]
+
+
+def test_baseline_from_good_sweeps_flags_a_drop_the_median_rule_misses(tmp_path, capsys):
+    good = [fakebw.sweep_results(tmp_path / f"good{i}", NODES4, {}).results for i in (1, 2)]
+    base = tmp_path / "baseline.json"
+    assert cmd.main(["baseline", *map(str, good), "-o", str(base)]) == 0
+    assert "4 nodes, 6 pairs from 2 sweep(s)" in capsys.readouterr().out
+    data = json.loads(base.read_text())
+    assert data["nodes"]["sfn2"]["samples"] == 2 and data["pairs"]["sfn1+sfn2"]["min"] > 350
+    later = fakebw.sweep_results(tmp_path / "later", NODES4, {"sfn2": 330.0}).results
+    assert cmd.main(["report", str(later)]) == 0  # 92 %: within 0.8 of the median
+    capsys.readouterr()
+    assert cmd.main(["report", str(later), "--baseline", str(base)]) == 1
+    out = capsys.readouterr().out
+    assert "drift: node sfn2 at 327.4 GB/s, 8 % below its baseline 357.2 GB/s" in out
+    assert "drift: pair sfn1+sfn2 at 327.4 GB/s" in out and "sfn1+sfn3" not in out
+    assert cmd.main(["report", str(later), "--baseline", str(base), "--drift", "0.1"]) == 0
+    capsys.readouterr()
+    assert cmd.main(["report", str(later), "--baseline", str(base), "--json"]) == 1
+    drift = json.loads(capsys.readouterr().out)["drift"]
+    assert [(d["kind"], d["what"]) for d in drift] == [
+        ("node", "sfn2"), ("pair", "sfn1+sfn2"), ("pair", "sfn2+sfn3"), ("pair", "sfn2+sfn4")]
+
+
+def test_a_broken_baseline_is_one_line_and_exit_2(tmp_path):
+    results = fakebw.sweep_results(tmp_path / "res", NODES4, {}).results
+    bad = tmp_path / "b.json"
+    bad.write_text('{"version": 1, "nodes": {"sfn1": {"median": "fast"}}, "pairs": {}}')
+    proc = subprocess.run([sys.executable, "-m", "slurmfabric", "pairs", "report", str(results),
+                           "--baseline", str(bad)], capture_output=True, text=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 2 and "Traceback" not in proc.stderr
+    assert lines[0].startswith("slurmfabric: error: pair-sweep baseline ")
+    assert lines[0].endswith("b.json: not a file written by 'slurmfabric pairs baseline' "
+                             "(ValueError: nodes.sfn1: no numeric median)")
+    assert lines[1].startswith("HINT: ")
+
+
+def test_markdown_report_lists_findings_and_every_node(tmp_path, capsys):
+    results = fakebw.sweep_results(tmp_path / "res", NODES4, {"sfn3": 180.0}).results
+    assert cmd.main(["report", str(results), "--markdown"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# Pair sweep report"
+    assert "- every pair with sfn3 is at 50 % (178.6 vs 357.2 GB/s): suspect sfn3's NIC or " \
+           "cable" in out
+    rows = [line for line in out if line.startswith("| sfn")]
+    assert rows[0] == "| sfn3 | 178.6 | suspect |" and len(rows) == 4

@@ -65,6 +65,12 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/burnin2 --burn-in burnin"
     " --gpu-stage --health-config /etc/slurmfabric/health.toml":
         "tests/cluster/test_pairs_cluster.py::test_burn_in_gpu_stage_keeps_a_node_whose_gpus_fail",
+    "slurmfabric pairs baseline /shared/sweep1 /shared/sweep2 -o /shared/pairs-baseline.json":
+        "tests/unit/test_pairsweep.py::test_baseline_from_good_sweeps_flags_a_drop_the_median_"
+        "rule_misses",
+    "slurmfabric pairs report /shared/sweep3 --baseline /shared/pairs-baseline.json --markdown":
+        "tests/unit/test_pairsweep.py::test_baseline_from_good_sweeps_flags_a_drop_the_median_"
+        "rule_misses",
     "slurmfabric pairs report /shared/burnin1 --drain --resume-passing --state-dir"
     " /var/lib/slurmfabric/health":
         "tests/cluster/test_pairs_cluster.py::test_gate_drains_the_suspect_and_burn_in_resumes_only_it",
