@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     r.add_argument("--baseline", metavar="FILE", help="flag nodes and pairs that drifted "
                    "below this baseline ('pairs baseline')")
+    r.add_argument("--topology", metavar="FILE", help="ibnetdiscover output of the fabric: "
+                   "name the cables the bad pairs share and no good pair uses")
+    r.add_argument("--node-map", metavar="FILE", help="node-name-map (GUID \"name\") for "
+                   "--topology, as for 'ib audit'")
     r.add_argument("--drift", type=number(0, 1, low_open=True), default=0.05,
                    help="drift that counts, as a fraction of the baseline (default 0.05)")
     r.add_argument("--svg", help="write an SVG heatmap here")
@@ -245,6 +249,7 @@ def _report(args: argparse.Namespace) -> int:
         render_markdown,
         render_table,
         round_overlap,
+        with_cables,
         with_gpu_stage,
     )
 
@@ -262,6 +267,8 @@ def _report(args: argparse.Namespace) -> int:
         first = analyze(nodes, sweep_values, judge["threshold"], sweep_failed,
                         judge["reference"], judge["expected"])
     recovered = [p for p in first.flagged if p not in set(analysis.flagged)]
+    cables = _cables(args, analysis, values) if args.topology else []
+    analysis = with_cables(analysis, cables)
     drifted = []
     if args.baseline:
         from slurmfabric.pairsweep import baseline as baseline_mod
@@ -289,6 +296,10 @@ def _report(args: argparse.Namespace) -> int:
                          "busbw": r.busbw, "error": r.error} for r in pairs if r.retest],
             "recovered": [list(p) for p in recovered],
             "unresolved": [list(p) for p in analysis.unresolved], "judge": judge,
+            "behind_cables": analysis.behind_cables,
+            "cables": [{"cable": c.link.label, "node": c.access,
+                        "explains": [list(p) for p in c.explains], "commands": c.commands()}
+                       for c in cables],
             "drift": [{"kind": d.kind, "what": d.what, "now": d.now, "baseline": d.baseline,
                        "drop": round(d.drop, 4)} for d in drifted],
             "low_pairs": [list(p) for p in analysis.low_pairs],
@@ -315,8 +326,27 @@ def _report(args: argparse.Namespace) -> int:
         for line in gate:
             print(line)
     bad = (analysis.suspect_nodes or analysis.suspect_links or analysis.unresolved or execution
-           or drifted)
+           or drifted or cables)
     return 1 if bad else 0
+
+
+def _cables(args: argparse.Namespace, analysis, values) -> list:
+    """The cables the topology puts on every path of a bad pair and on no good one."""
+    from slurmfabric.ibaudit.names import load_namer
+    from slurmfabric.ibaudit.parse import parse_ibnetdiscover
+    from slurmfabric.inputfile import read_text
+    from slurmfabric.pairsweep.paths import Fabric, shared_cables
+
+    topo = parse_ibnetdiscover(read_text(args.topology, "ibnetdiscover topology"))
+    fabric = Fabric.from_topology(topo, load_namer(args.node_map, None))
+    unknown = sorted(n for n in analysis.nodes if n not in fabric.hcas)
+    if len(unknown) == len(analysis.nodes):
+        raise UsageError(f"--topology {args.topology}: none of the sweep's nodes is in it",
+                         hint="HCA descriptions must start with the Slurm node name, or give "
+                         "--node-map")
+    bad = set(analysis.flagged)
+    good = sorted(p for p, v in values.items() if v is not None and p not in bad)
+    return shared_cables(fabric, sorted(bad), good)
 
 
 def _baseline(args: argparse.Namespace) -> int:

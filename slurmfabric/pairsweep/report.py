@@ -51,6 +51,8 @@ class Analysis:
     # Low or failed pairs whose nodes were not measured well with another partner: node or
     # link cannot be told apart yet (a retest pairs each node with a good one).
     unresolved: list[Pair] = field(default_factory=list)
+    # Nodes whose bad pairs a degraded switch-to-switch cable explains (``with_cables``).
+    behind_cables: list[str] = field(default_factory=list)
 
     @property
     def flagged(self) -> list[Pair]:
@@ -59,8 +61,8 @@ class Analysis:
 
     @property
     def passing_nodes(self) -> list[str]:
-        bad = set(self.suspect_nodes) | {n for p in self.suspect_links + self.unresolved
-                                         for n in p}
+        bad = set(self.suspect_nodes) | set(self.behind_cables) | {
+            n for p in self.suspect_links + self.unresolved for n in p}
         return [n for n in self.nodes if n not in bad]
 
 
@@ -448,3 +450,25 @@ def render_markdown(nodes: list[str], values: dict[Pair, float | None], analysis
             "pass" if n in set(analysis.passing_nodes) else "in a flagged pair")
         lines.append(f"| {n} | {'n/a' if med is None else f'{med:.1f}'} | {verdict} |")
     return "\n".join(lines)
+
+
+def with_cables(analysis: Analysis, cables: list) -> Analysis:
+    """Add what the topology says (``paths.shared_cables``): each candidate cable, and a
+    node whose bad pairs a switch-to-switch cable explains is that cable's victim, not a
+    suspect (a degraded uplink makes every node behind it look bad)."""
+    if not cables:
+        return analysis
+    uplinks = [c for c in cables if c.access is None]
+    victims = []
+    for node in analysis.suspect_nodes:
+        mine = [p for p in analysis.flagged if node in p]
+        if mine and any(all(p in c.explains for p in mine) for c in uplinks):
+            victims.append(node)
+    suspects = [n for n in analysis.suspect_nodes if n not in victims]
+    messages = [m for m in analysis.messages
+                if not any(m.startswith(f"every pair with {v} ") or
+                           f" pairs with {v} " in m for v in victims)]
+    messages += [c.message() for c in cables]
+    messages += [f"{v}: every bad pair of it crosses a cable named above: not a suspect "
+                 "itself" for v in victims]
+    return replace(analysis, suspect_nodes=suspects, messages=messages, behind_cables=victims)

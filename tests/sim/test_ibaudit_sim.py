@@ -147,3 +147,32 @@ def test_links_for_one_node_and_local_ibstat(healthy: ib_sim.SimFabric) -> None:
                            env={**env, "SIM_HOST": "sfn06"}, cwd=healthy.workdir, timeout=60)
     assert local.returncode == 0, local.stderr
     assert local.stdout.startswith("ibsim0/1  Active/LinkUp  rate 120  lid 10")
+
+
+def test_a_pair_sweep_names_the_degraded_cable_ib_audit_finds(
+    faulty: ib_sim.SimFabric, tmp_path: Path
+) -> None:
+    """The pair sweep and the audit agree on the cable: sfn02's pairs run at the rate its
+    4X cable allows (written by the test double: ibsim carries no traffic), and with the
+    simulated fabric's own ibnetdiscover output the report names sfn02's cable, its leaf
+    port and the perfquery that reads it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import fakebw
+
+    topology = tmp_path / "topology.ibnet"
+    topology.write_text(faulty.run_tool(["ibnetdiscover"]))
+    nodes = [f"sfn0{i}" for i in range(1, 9)]
+    results = fakebw.sweep_results(tmp_path / "sweep", nodes, {"sfn02": 360.0 / 3}).results
+    report = subprocess.run(
+        [sys.executable, "-m", "slurmfabric", "pairs", "report", str(results), "--topology",
+         str(topology)], capture_output=True, text=True, timeout=60)
+    print(report.stdout)  # the report, for the issue note (pytest -s)
+    assert report.returncode == 1, report.stderr
+    assert "every pair with sfn02 is at 33 %" in report.stdout
+    cable = next(ln for ln in report.stdout.splitlines() if ln.startswith("- cable "))
+    assert cable.startswith("- cable sfn02 HCA-1/1 <-> leaf1/2 is on every path of 7 bad "
+                            "pair(s)"), cable
+    assert "perfquery -x -G 0x" in cable and cable.endswith(" 2; ibstat (on sfn02)")
+    found = json.loads(audit(faulty, "--topology", str(topology), "--json").stdout)["findings"]
+    assert [(f["check"], f["where"]) for f in found if f["node"] == "sfn02"] == [
+        ("link-degraded", "sfn02 HCA-1/1 <-> leaf1/2")]

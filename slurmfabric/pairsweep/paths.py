@@ -1,0 +1,132 @@
+"""From slow pairs to the cable: which cables the bad pairs' paths share and no good pair's.
+
+The fabric comes from an ``ibnetdiscover`` topology (the audit's parser, its node names).
+Between two nodes traffic takes a shortest path (OpenSM's default min-hop routing); with
+several equal paths (a fat tree's spines) any of them. For each pair this module finds the
+cables on *every* shortest path between its HCAs (the access cables, a single uplink) and
+on *any* of them. A cable is a candidate when it is on every path of a bad pair and on no
+path of a good pair; candidates are ranked by how many bad pairs they explain. Each comes
+with the commands that read its counters (infiniband-diags: ``perfquery -x -G GUID PORT``
+on both ends) and, for an access cable, ``ibstat`` on the node.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from slurmfabric.ibaudit.audit import Link, expected_from_topology
+from slurmfabric.ibaudit.names import NodeNamer
+from slurmfabric.ibaudit.parse import TopoLink
+from slurmfabric.pairsweep.plan import Pair
+
+
+@dataclass
+class Fabric:
+    """Devices (switch GUIDs, HCA port GUIDs) joined by cables."""
+
+    cables: list[Link]
+    adjacent: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # dev -> (dev, i)
+    hcas: dict[str, list[str]] = field(default_factory=dict)  # Slurm node -> its HCA devices
+
+    @classmethod
+    def from_topology(cls, topo: list[TopoLink], namer: NodeNamer) -> Fabric:
+        links = sorted(expected_from_topology(topo, namer), key=lambda link: link.label)
+        fabric = cls(links)
+        for index, link in enumerate(links):
+            a, b = link.a.key.split(":")[0], link.b.key.split(":")[0]
+            fabric.adjacent.setdefault(a, []).append((b, index))
+            fabric.adjacent.setdefault(b, []).append((a, index))
+            if link.node and link.a.node_type == "CA":
+                fabric.hcas.setdefault(link.node, []).append(a)
+        return fabric
+
+    def _bfs(self, source: str) -> tuple[dict[str, int], dict[str, int]]:
+        """Hop distance and number of shortest paths from ``source`` to every device."""
+        dist, count = {source: 0}, {source: 1}
+        queue = deque([source])
+        while queue:
+            here = queue.popleft()
+            for there, _ in self.adjacent.get(here, ()):
+                if there not in dist:
+                    dist[there] = dist[here] + 1
+                    count[there] = 0
+                    queue.append(there)
+                if dist[there] == dist[here] + 1:
+                    count[there] += count[here]
+        return dist, count
+
+    def cables_between(self, x: str, y: str, cache: dict,
+                       only: set[int] | None = None) -> tuple[set[int], set[int]]:
+        """(cables on every shortest path, cables on some shortest path) between the HCAs
+        of nodes ``x`` and ``y`` (each HCA of x to the nearest HCA of y); ``only`` limits
+        the cables looked at (the candidates, when judging the good pairs)."""
+        every: set[int] | None = None
+        some: set[int] = set()
+        for source in self.hcas.get(x, []):
+            if source not in cache:
+                cache[source] = self._bfs(source)
+            dist_s, count_s = cache[source]
+            targets = [t for t in self.hcas.get(y, []) if t in dist_s]
+            if not targets:
+                continue
+            target = min(targets, key=lambda t: (dist_s[t], t))
+            if target not in cache:
+                cache[target] = self._bfs(target)
+            dist_t, count_t = cache[target]
+            total, length = count_s[target], dist_s[target]
+            mine = set()
+            for index in (range(len(self.cables)) if only is None else sorted(only)):
+                link = self.cables[index]
+                u, v = link.a.key.split(":")[0], link.b.key.split(":")[0]
+                for p, q in ((u, v), (v, u)):
+                    if p in dist_s and q in dist_t and dist_s[p] + 1 + dist_t[q] == length:
+                        some.add(index)
+                        if count_s[p] * count_t[q] == total:
+                            mine.add(index)
+            every = mine if every is None else every | mine
+        return every or set(), some
+
+
+@dataclass(frozen=True)
+class Cable:
+    link: Link
+    explains: tuple[Pair, ...]  # the bad pairs it is on every path of
+
+    @property
+    def access(self) -> str | None:
+        """The Slurm node when this is a node's own cable (HCA to its leaf switch)."""
+        return self.link.node if self.link.a.node_type == "CA" else None
+
+    def commands(self) -> list[str]:
+        out = []
+        for end in (self.link.a, self.link.b):
+            guid = end.key.split(":")[0]
+            out.append(f"perfquery -x -G {guid} {end.port}")
+        if self.access:
+            out.append(f"ibstat (on {self.access})")
+        return out
+
+    def message(self) -> str:
+        pairs = ", ".join(f"{a}+{b}" for a, b in self.explains[:4])
+        more = f" and {len(self.explains) - 4} more" if len(self.explains) > 4 else ""
+        return (f"cable {self.link.label} is on every path of {len(self.explains)} bad pair(s) "
+                f"({pairs}{more}) and on no good pair's path; check: "
+                + "; ".join(self.commands()))
+
+
+def shared_cables(fabric: Fabric, bad: list[Pair], good: list[Pair]) -> list[Cable]:
+    """Candidates, the cable explaining most bad pairs first (ties by label)."""
+    cache: dict = {}
+    explains: dict[int, list[Pair]] = {}
+    for pair in bad:
+        for index in fabric.cables_between(pair[0], pair[1], cache)[0]:
+            explains.setdefault(index, []).append(pair)
+    candidates = set(explains)
+    for x, y in good:  # a cable a good pair can use is not the problem
+        if not candidates:
+            break
+        candidates -= fabric.cables_between(x, y, cache, candidates)[1]
+    explains = {i: pairs for i, pairs in explains.items() if i in candidates}
+    ranked = sorted(explains.items(), key=lambda kv: (-len(kv[1]), fabric.cables[kv[0]].label))
+    return [Cable(fabric.cables[i], tuple(sorted(pairs))) for i, pairs in ranked]
