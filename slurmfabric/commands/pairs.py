@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from slurmfabric.commands._args import number
@@ -25,6 +26,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="absolute results directory on a filesystem all nodes share")
     s.add_argument("--command", help="bandwidth command run on each pair (default: "
                    "all_reduce_perf -b 1G -e 8G -f 2 -g 1)")
+    s.add_argument("--test", choices=("nccl-tests", "ib_write_bw", "ib_read_bw", "ib_send_bw"),
+                   default="nccl-tests", help="nccl-tests (--command) or a perftest tool run "
+                   "once per rail, all rails at once, so one bad rail is named")
+    s.add_argument("--rails", help="with a perftest --test: the HCAs, e.g. "
+                   "mlx5_0,mlx5_1,... (in GPU order for --cuda)")
+    s.add_argument("--cuda", action="store_true", help="GPUDirect: rail i uses GPU i "
+                   "(--use_cuda=i)")
+    s.add_argument("--perftest-arg", action="append", default=[],
+                   help="extra argument for the perftest tool (e.g. --perftest-arg=-s "
+                   "--perftest-arg=8388608)")
     s.add_argument("--partition")
     s.add_argument("--time", dest="time_limit", help="job time limit")
     s.add_argument("--tasks-per-node", type=number(1, 1024, integer=True),
@@ -81,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("results")
     t.add_argument("--pass", dest="pass_", type=number(1, 10, integer=True), required=True,
                    help="the pass about to run (1 after the sweep's own rounds)")
+    d = sub.add_parser("rdma-step", help="one pair's per-rail perftest (what the sweep "
+                       "job's steps run): servers on task 0, clients on task 1")
+    d.add_argument("--rails", required=True)
+    d.add_argument("--cuda", action="store_true")
+    d.add_argument("tool", nargs=argparse.REMAINDER, help="-- ib_write_bw [options]")
     c = sub.add_parser("schedule", help="print the round-robin rounds for a node list")
     c.add_argument("--nodes", required=True)
     return p
@@ -135,13 +151,38 @@ def _plan(args: argparse.Namespace):
     else:
         rounds = round_robin(nodes)
     command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
+    if args.test != "nccl-tests":
+        command = _rdma_command(args)
     return SweepPlan(
         nodes=nodes, rounds=rounds, results=Path(args.results), command=command,
         partition=args.partition, time_limit=args.time_limit,
         tasks_per_node=args.tasks_per_node, gpus_per_node=args.gpus_per_node, mpi=args.mpi,
         srun_args=args.srun_arg, sbatch_args=args.sbatch_arg, retests=args.retests,
-        judge=_judge(args),
+        judge=_judge(args), test=args.test,
     )
+
+
+def _rdma_command(args: argparse.Namespace) -> list[str]:
+    """The step of a per-rail perftest pair: 'pairs rdma-step' on both tasks."""
+    from slurmfabric.commands.health import _this_executable
+
+    if not args.rails:
+        raise UsageError(f"--test {args.test} needs --rails", hint="e.g. --rails "
+                         "mlx5_0,mlx5_1,mlx5_2,mlx5_3 (the HCAs to test, in GPU order)")
+    if args.command:
+        raise UsageError(f"--command is for nccl-tests; --test {args.test} runs perftest",
+                         hint="give perftest options with --perftest-arg")
+    if args.tasks_per_node != 1:
+        raise UsageError(f"--test {args.test} runs one task per node (the server and the "
+                         "client), not --tasks-per-node")
+    rails = [r for r in args.rails.split(",") if r]
+    for rail in rails:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}(?::[0-9]{1,3})?", rail):
+            raise UsageError(f"--rails: {rail!r} is not an HCA name like mlx5_0 or mlx5_0:1")
+    argv = [_this_executable(), "pairs", "rdma-step", "--rails", ",".join(rails)]
+    if args.cuda:
+        argv.append("--cuda")
+    return [*argv, "--", args.test, "--report_gbits", *args.perftest_arg]
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -249,6 +290,7 @@ def _report(args: argparse.Namespace) -> int:
         render_markdown,
         render_table,
         round_overlap,
+        slow_rails,
         with_cables,
         with_gpu_stage,
     )
@@ -267,6 +309,8 @@ def _report(args: argparse.Namespace) -> int:
         first = analyze(nodes, sweep_values, judge["threshold"], sweep_failed,
                         judge["reference"], judge["expected"])
     recovered = [p for p in first.flagged if p not in set(analysis.flagged)]
+    rails = slow_rails(pairs, analysis)
+    analysis.messages.extend(rails)
     cables = _cables(args, analysis, values) if args.topology else []
     analysis = with_cables(analysis, cables)
     drifted = []
@@ -291,7 +335,9 @@ def _report(args: argparse.Namespace) -> int:
             "matrix": None if big else matrix(nodes, values), "reference": analysis.reference,
             "node_median": analysis.node_median,
             "pairs": [{"round": r.round, "pair": list(r.pair), "busbw": r.busbw, "rc": r.rc,
-                       "ran_on": r.ran_on, "error": r.error} for r in pairs_sweep],
+                       "ran_on": r.ran_on, "error": r.error, "rails": r.rails}
+                      for r in pairs_sweep],
+            "slow_rails": rails,
             "retests": [{"pass": r.retest, "round": r.round, "pair": list(r.pair),
                          "busbw": r.busbw, "error": r.error} for r in pairs if r.retest],
             "recovered": [list(p) for p in recovered],
@@ -393,6 +439,13 @@ def main(argv: list[str]) -> int:
         return _retest_plan(args)
     if args.action == "baseline":
         return _baseline(args)
+    if args.action == "rdma-step":
+        from slurmfabric.pairsweep import rdmastep
+
+        tool = args.tool[1:] if args.tool[:1] == ["--"] else args.tool
+        if not tool:
+            raise UsageError("rdma-step needs the tool after --, e.g. -- ib_write_bw")
+        return rdmastep.run([r for r in args.rails.split(",") if r], tool, args.cuda)
     from slurmfabric.pairsweep.plan import round_robin
 
     for i, rnd in enumerate(round_robin(_nodes(args.nodes)), 1):

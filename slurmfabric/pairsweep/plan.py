@@ -109,6 +109,7 @@ class SweepPlan:
     retests: int = 0
     judge: dict = field(default_factory=dict)  # {"reference", "threshold", "expected"}
     retest_cmd: list[str] | None = None  # the slurmfabric executable's argv prefix
+    test: str = "nccl-tests"  # or a perftest tool run per rail by 'pairs rdma-step'
 
     def __post_init__(self) -> None:
         for node in self.nodes:
@@ -137,7 +138,7 @@ class SweepPlan:
             "rounds": [[list(p) for p in rnd] for rnd in self.rounds],
             "command": self.command, "tasks_per_node": self.tasks_per_node,
             "created": self.created, "gpu_stage": self.gpu_stage, "retests": self.retests,
-            "judge": self.judge,
+            "judge": self.judge, "test": self.test,
         }, indent=2)
 
 

@@ -31,6 +31,7 @@ class PairResult:
     end: float | None = None
     error: str | None = None
     retest: int = 0  # 0: the sweep itself; k: retest pass k
+    rails: dict[str, float | None] = field(default_factory=dict)  # per-rail tests: Gb/s
 
     @property
     def ok(self) -> bool:
@@ -74,7 +75,8 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def load_pair(results: Path, round_index: int, pair: Pair, retest: int = 0) -> PairResult:
+def load_pair(results: Path, round_index: int, pair: Pair, retest: int = 0,
+              test: str = "nccl-tests") -> PairResult:
     base = pair_base(results / f"retest-{retest}" if retest else results, round_index, pair)
     res = PairResult(round=round_index + 1, pair=pair, retest=retest)
     res.rc = _read_int(base.with_suffix(".rc"))
@@ -97,6 +99,8 @@ def load_pair(results: Path, round_index: int, pair: Pair, retest: int = 0) -> P
     except OSError:
         res.error = "no output file (step never ran)"
         return res
+    if test in PERFTEST_TOOLS:
+        return _perftest_pair(res, text)
     runs = parse_nccl_tests(text)
     if runs:
         res.busbw = runs[-1].large_message_busbw()
@@ -110,17 +114,68 @@ def load_pair(results: Path, round_index: int, pair: Pair, retest: int = 0) -> P
     return res
 
 
+PERFTEST_TOOLS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
+
+
+def _perftest_pair(res: PairResult, text: str) -> PairResult:
+    """A per-rail RDMA pair: each rail's client output; the pair is as fast as its slowest
+    rail (in Gb/s: perftest's unit with --report_gbits), and fails if any rail failed."""
+    from slurmfabric.pairsweep.rdmastep import split_rails
+    from slurmfabric.perftest import parse as parse_perftest
+
+    problems = []
+    for rail, output in split_rails(text).items():
+        run = parse_perftest(output)
+        res.rails[rail] = run.bandwidth_gbps if run.ok else None
+        if not run.ok:
+            problems.append(f"rail {rail}: {run.errors[0] if run.errors else 'no result'}")
+    values = [v for v in res.rails.values() if v is not None]
+    res.busbw = min(values) if values and not problems else None
+    if not res.rails:
+        res.error = "no rail results in the output (rdma-step did not run)"
+    elif problems:
+        res.error = "; ".join(problems)[:300]
+    elif res.rc not in (0, None):
+        res.error = f"exit code {res.rc}"
+    return res
+
+
+def slow_rails(pairs: list[PairResult], analysis: Analysis) -> list[str]:
+    """For per-rail sweeps: a suspect node's rail that is low in most of its pairs while
+    its other rails are fine (a single bad HCA, cable or switch port of one rail)."""
+    out = []
+    for node in analysis.suspect_nodes + [n for p in analysis.flagged for n in p]:
+        per_rail: dict[str, list[float]] = {}
+        for res in pairs:
+            if node in res.pair:
+                for rail, value in res.rails.items():
+                    if value is not None:
+                        per_rail.setdefault(rail, []).append(value)
+        if len(per_rail) < 2:
+            continue
+        medians = {rail: statistics.median(v) for rail, v in per_rail.items()}
+        best = max(medians.values())
+        for rail, med in sorted(medians.items()):
+            line = (f"rail {rail} of {node} is at {100 * med / best:.0f} % of its best rail "
+                    f"({med:.1f} vs {best:.1f} Gb/s)")
+            if med < analysis.threshold * best and line not in out:
+                out.append(line)
+    return out
+
+
 def load_results(results: Path) -> tuple[dict, list[PairResult]]:
     """The sweep's pairs, then each retest pass's (``retest-K.pairs`` lists what ran)."""
     plan = read_plan(results)
-    pairs = [load_pair(results, i, p) for i, rnd in enumerate(plan["rounds"]) for p in rnd]
+    test = str(plan.get("test") or "nccl-tests")
+    pairs = [load_pair(results, i, p, test=test) for i, rnd in enumerate(plan["rounds"])
+             for p in rnd]
     known = set(plan["nodes"])
     for k in range(1, MAX_RETESTS + 1):  # the passes that ran, in order
         listed = results / f"retest-{k}.pairs"
         if not listed.exists():
             break
         for round_index, pair in read_retest(listed, known):
-            pairs.append(load_pair(results, round_index, pair, k))
+            pairs.append(load_pair(results, round_index, pair, k, test))
     return plan, pairs
 
 

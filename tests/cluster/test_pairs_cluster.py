@@ -254,3 +254,39 @@ def test_burn_in_gpu_stage_keeps_a_node_whose_gpus_fail(cluster, tmp_path, reque
     for node in nodes:
         if node != bad:
             assert "DRAIN" not in cluster.node_state(node)[0]
+
+
+FAKEPERF = Path(__file__).resolve().parents[1] / "fakeperftest.py"
+
+
+def test_per_rail_rdma_sweep_names_the_one_slow_rail(cluster, tmp_path):
+    """--test ib_write_bw: each pair's step runs a server task and a client task per rail,
+    all rails at once. There is no RDMA here: a stand-in ib_write_bw on PATH does the
+    server/client TCP handshake between the two virtual nodes and prints a recorded real
+    client output (tests/fakeperftest.py), sfn3's second rail at 40 %."""
+    nodes = cluster.nodes
+    bad = nodes[2]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "ib_write_bw"
+    tool.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKEPERF} "$@"\n')
+    tool.chmod(0o755)
+    print(f"ib_write_bw: the test double {FAKEPERF} (no perftest or RDMA on this machine)")
+    env = {"PATH": f"{bin_dir}:{cluster.env['PATH']}",
+           "SLURMFABRIC_FAKEPERF": json.dumps({f"{bad}/mlx5_1": 0.4})}
+    results = tmp_path / "rdma"
+    sub = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes), "--results",
+                           str(results), "--partition", cluster.partition, "--time", "5",
+                           "--test", "ib_write_bw", "--rails", "mlx5_0,mlx5_1"), env=env)
+    job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
+    state = cluster.wait(job_id, timeout=240)
+    assert state == "COMPLETED", "".join(p.read_text() for p in results.glob("job-*.out"))
+    rep = cluster.run(_cli("pairs", "report", str(results), "--json"), check=False)
+    assert rep.returncode == 1, rep.stderr
+    data = json.loads(rep.stdout)
+    assert data["suspect_nodes"] == [bad] and data["execution_problems"] == []
+    assert data["slow_rails"] == [f"rail mlx5_1 of {bad} is at 40 % of its best rail "
+                                  "(39.4 vs 98.4 Gb/s)"]
+    for pair in data["pairs"]:
+        assert set(pair["rails"]) == {"mlx5_0", "mlx5_1"} and pair["rails"]["mlx5_0"] == 98.38
+    assert data["retests"] and all(bad in r["pair"] for r in data["retests"])

@@ -24,6 +24,7 @@ import pytest
 
 from slurmfabric import nccllog as nccl_log
 from slurmfabric import nccltests as nccl_tests
+from slurmfabric import perftest
 from slurmfabric.errors import SlurmfabricError
 from slurmfabric.health import dcgm, nvlink, xid
 from slurmfabric.health.model import Context, ProbeError
@@ -47,7 +48,8 @@ PREFIXES = ["", "NCCL INFO ", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] NCCL INFO NET/I
             "CA: ", "Switch: 0x1 ", "   0x1  1  1[  ] ==( ", "# Port counters: Lid 1 port 1 ",
             "CA '", "Port 1:", "switchguid=0x", 'Switch\t36 "', '[1]\t"', "     ",
             "GPU 0: ", "\t Link 0: ", "Link 0: Replay Errors: ", "NVRM: Xid (PCI:0000:01:00): ",
-            "3,1,1,-;NVRM: Xid (", "GPU ", '{"DCGM Diagnostic": ']
+            "3,1,1,-;NVRM: Xid (", "GPU ", '{"DCGM Diagnostic": ',
+            " #bytes     #iterations    BW peak[Gb/sec] ", " 65536      5000 "]
 
 EPILOG = Context("epilog", "n1", job_id="1", nvlink_before={"0": {"0": {"crc": "x"}}})
 
@@ -86,6 +88,7 @@ PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
     "dcgmi diag -j": (_judged(dcgm.parse, lambda f: dcgm.check_dcgm(f, {}, EPILOG)),
                       ["health/dcgm/*.json"]),
     "kmsg xid": (_kmsg, ["health/xid/kmsg_lines.txt"]),
+    "perftest": (lambda t: perftest.parse(t).bandwidth_gbps, ["perftest/*.txt"]),
     "nccl-log": (lambda text: nccl_log.parse_log(text, "log"),
                  ["nccl/*.log", "nccl/versions/*.log"]),
     "nccl-tests": (nccl_tests.parse, ["nccl/nccl-tests-*.txt"]),

@@ -65,6 +65,9 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/burnin2 --burn-in burnin"
     " --gpu-stage --health-config /etc/slurmfabric/health.toml":
         "tests/cluster/test_pairs_cluster.py::test_burn_in_gpu_stage_keeps_a_node_whose_gpus_fail",
+    "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/rails1 --test ib_write_bw"
+    " --rails mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_6,mlx5_7,mlx5_8,mlx5_9 --cuda":
+        "tests/cluster/test_pairs_cluster.py::test_per_rail_rdma_sweep_names_the_one_slow_rail",
     "slurmfabric pairs baseline /shared/sweep1 /shared/sweep2 -o /shared/pairs-baseline.json":
         "tests/unit/test_pairsweep.py::test_baseline_from_good_sweeps_flags_a_drop_the_median_"
         "rule_misses",
