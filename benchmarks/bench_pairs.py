@@ -17,6 +17,9 @@ from __future__ import annotations
 import json
 import time
 
+from slurmfabric.ibaudit.names import NodeNamer
+from slurmfabric.ibaudit.parse import TopoLink
+from slurmfabric.pairsweep.paths import Fabric, topology_rounds
 from slurmfabric.pairsweep.plan import round_robin
 from slurmfabric.pairsweep.report import (
     PairResult,
@@ -90,6 +93,31 @@ def main() -> None:
     took = time.perf_counter() - start
     print(f"schedule of 1,000 nodes: {len(rounds)} rounds, "
           f"{sum(len(r) for r in rounds)} pairs in {took * 1e3:.1f} ms")
+    nodes, fabric = fat_tree(1000)
+    start = time.perf_counter()
+    rounds = topology_rounds(fabric, nodes, [2, 4])
+    took = time.perf_counter() - start
+    print(f"topology schedule of 1,000 nodes (32-port leaves, 8 spines): {len(rounds)} rounds, "
+          f"{sum(len(r) for r in rounds)} pairs in {took * 1e3:.1f} ms (goal: under 1 s)")
+
+
+def fat_tree(n: int, per_leaf: int = 32, spines: int = 8):
+    """A two-level fat tree as ibnetdiscover would describe it: n HCAs, leaves of
+    ``per_leaf`` nodes, every leaf cabled to every spine."""
+    links = []
+    leaves = (n + per_leaf - 1) // per_leaf
+    for i in range(n):
+        leaf = i // per_leaf
+        links.append(TopoLink("CA", f"H-{i:016x}", f"n{i:04d} HCA-1", 1, f"0x{i + 1:016x}",
+                              f"S-{0x10000 + leaf:016x}", i % per_leaf + 1,
+                              f"0x{0x10000 + leaf:016x}", f"leaf{leaf}"))
+    for leaf in range(leaves):
+        for s in range(spines):
+            links.append(TopoLink("Switch", f"S-{0x10000 + leaf:016x}", f"leaf{leaf}",
+                                  per_leaf + 1 + s, f"0x{0x10000 + leaf:016x}",
+                                  f"S-{0x20000 + s:016x}", leaf + 1, f"0x{0x20000 + s:016x}",
+                                  f"spine{s}"))
+    return [f"n{i:04d}" for i in range(n)], Fabric.from_topology(links, NodeNamer())
 
 
 if __name__ == "__main__":

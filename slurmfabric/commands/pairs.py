@@ -26,6 +26,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="absolute results directory on a filesystem all nodes share")
     s.add_argument("--command", help="bandwidth command run on each pair (default: "
                    "all_reduce_perf -b 1G -e 8G -f 2 -g 1)")
+    s.add_argument("--pattern", choices=("round-robin", "topology"), default="round-robin",
+                   help="round-robin: every pair (N-1 rounds); topology: pairs chosen by "
+                   "distance in the --topology fabric, a few rounds per distance")
+    s.add_argument("--topology", metavar="FILE", help="ibnetdiscover output (--pattern "
+                   "topology)")
+    s.add_argument("--node-map", metavar="FILE", help="node-name-map for --topology")
+    s.add_argument("--hops", default="2,4,6", help="--pattern topology: distances in cables "
+                   "(2: one leaf switch, 4: through a spine, 6: through a core)")
     s.add_argument("--test", choices=("nccl-tests", "ib_write_bw", "ib_read_bw", "ib_send_bw"),
                    default="nccl-tests", help="nccl-tests (--command) or a perftest tool run "
                    "once per rail, all rails at once, so one bad rail is named")
@@ -148,6 +156,8 @@ def _plan(args: argparse.Namespace):
         if unknown:
             raise UsageError(f"--pairs names nodes not in --nodes: {', '.join(unknown)}")
         rounds = schedule_pairs(chosen)
+    elif args.pattern == "topology":
+        rounds = _topology_rounds(args, nodes)
     else:
         rounds = round_robin(nodes)
     command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
@@ -160,6 +170,34 @@ def _plan(args: argparse.Namespace):
         srun_args=args.srun_arg, sbatch_args=args.sbatch_arg, retests=args.retests,
         judge=_judge(args), test=args.test,
     )
+
+
+def _topology_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
+    from slurmfabric.ibaudit.names import load_namer
+    from slurmfabric.ibaudit.parse import parse_ibnetdiscover
+    from slurmfabric.inputfile import read_text
+    from slurmfabric.pairsweep.paths import Fabric, topology_rounds
+
+    if not args.topology:
+        raise UsageError("--pattern topology needs --topology FILE (ibnetdiscover output)")
+    try:
+        hops = [int(h) for h in args.hops.split(",") if h.strip()]
+    except ValueError:
+        raise UsageError(f"--hops {args.hops!r}: give even cable counts like 2,4,6") from None
+    if not hops or any(h < 2 or h > 64 for h in hops):
+        raise UsageError(f"--hops {args.hops!r}: give cable counts from 2 to 64, like 2,4,6")
+    fabric = Fabric.from_topology(parse_ibnetdiscover(read_text(args.topology,
+                                                                 "ibnetdiscover topology")),
+                                  load_namer(args.node_map, None))
+    missing = [n for n in nodes if n not in fabric.hcas]
+    if missing:
+        raise UsageError(f"--topology {args.topology}: no HCA of {', '.join(missing[:5])}",
+                         hint="HCA descriptions must start with the Slurm node name, or give "
+                         "--node-map")
+    rounds = topology_rounds(fabric, nodes, hops)
+    if not rounds:
+        raise UsageError(f"--hops {args.hops}: no two nodes are that far apart in the fabric")
+    return rounds
 
 
 def _rdma_command(args: argparse.Namespace) -> list[str]:

@@ -130,3 +130,52 @@ def shared_cables(fabric: Fabric, bad: list[Pair], good: list[Pair]) -> list[Cab
     explains = {i: pairs for i, pairs in explains.items() if i in candidates}
     ranked = sorted(explains.items(), key=lambda kv: (-len(kv[1]), fabric.cables[kv[0]].label))
     return [Cable(fabric.cables[i], tuple(sorted(pairs))) for i, pairs in ranked]
+
+
+def distances(fabric: Fabric, nodes: list[str]) -> dict[str, dict[str, int]]:
+    """Cables between each two nodes' first HCAs: 2 on one leaf switch, 4 through a spine,
+    6 through a core (min-hop, as OpenSM routes)."""
+    out: dict[str, dict[str, int]] = {}
+    cache: dict = {}
+    for a in nodes:
+        hcas = fabric.hcas.get(a)
+        if not hcas:
+            continue
+        if hcas[0] not in cache:
+            cache[hcas[0]] = fabric._bfs(hcas[0])
+        dist = cache[hcas[0]][0]
+        out[a] = {b: dist[fabric.hcas[b][0]] for b in nodes
+                  if b != a and fabric.hcas.get(b) and fabric.hcas[b][0] in dist}
+    return out
+
+
+def topology_rounds(fabric: Fabric, nodes: list[str], hops: list[int]) -> list[list[Pair]]:
+    """Rounds of pairs chosen by distance (Microsoft SuperBench's topology-aware pattern):
+    for each distance, pairs at that many cables, each node at most once per round, until
+    every node that has a partner at that distance is in a pair. A few rounds test every
+    leaf, spine and core path class instead of all N-1 rounds of the round robin."""
+    table = distances(fabric, nodes)
+    rounds: list[list[Pair]] = []
+    for hop in hops:
+        waiting = [n for n in nodes if any(d == hop for d in table.get(n, {}).values())]
+        done: set[frozenset] = set()
+        while waiting:
+            busy: set[str] = set()
+            this: list[Pair] = []
+            for a in waiting:
+                if a in busy:
+                    continue
+                partner = next((b for b in nodes if b not in busy and b != a
+                                and table[a].get(b) == hop
+                                and frozenset((a, b)) not in done), None)
+                if partner is None:
+                    continue
+                this.append((a, partner))
+                busy.update((a, partner))
+                done.add(frozenset((a, partner)))
+            if not this:
+                break
+            rounds.append(this)
+            paired = {n for p in done for n in p}
+            waiting = [n for n in waiting if n not in paired]
+    return rounds

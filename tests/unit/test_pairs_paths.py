@@ -97,3 +97,36 @@ def test_no_cable_is_blamed_that_a_good_pair_uses() -> None:
     good = [p for p in values if p != ("sfn01", "sfn05")]
     assert shared_cables(fabric, analysis.flagged, good) == []
     assert with_cables(analysis, []).suspect_links == [("sfn01", "sfn05")]
+
+
+def test_topology_pattern_pairs_by_distance_in_few_rounds(tmp_path, capsys) -> None:
+    from slurmfabric.pairsweep.paths import distances, topology_rounds
+
+    fabric = Fabric.from_topology(parse_ibnetdiscover(TOPO.read_text()), NodeNamer())
+    table = distances(fabric, NODES)
+    assert table["sfn01"]["sfn02"] == 2 and table["sfn01"]["sfn05"] == 4  # leaf, via spine
+    rounds = topology_rounds(fabric, NODES, [2, 4, 6])
+    assert rounds == [[("sfn01", "sfn02"), ("sfn03", "sfn04"), ("sfn05", "sfn06"),
+                       ("sfn07", "sfn08")],
+                      [("sfn01", "sfn05"), ("sfn02", "sfn06"), ("sfn03", "sfn07"),
+                       ("sfn04", "sfn08")]]  # no 6-cable path in a 2-level tree
+    res = tmp_path / "r"
+    assert cmd.main(["submit", "--nodes", "sfn0[1-8]", "--results", str(res), "--pattern",
+                     "topology", "--topology", str(TOPO), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "8 nodes, 8 pairs in 2 rounds" in out
+
+
+def test_topology_pattern_refuses_what_it_cannot_schedule(tmp_path) -> None:
+    import pytest
+
+    from slurmfabric.errors import UsageError
+
+    base = ["submit", "--nodes", "sfn0[1-8]", "--results", str(tmp_path / "r"), "--pattern",
+            "topology", "--dry-run"]
+    for extra, message in (([], "needs --topology"),
+                           (["--topology", str(TOPO), "--hops", "two"], "even cable counts"),
+                           (["--topology", str(TOPO), "--hops", "6"], "no two nodes"),
+                           (["--topology", str(TOPO), "--nodes", "gpu[1-2]"], "no HCA of")):
+        with pytest.raises(UsageError, match=message):
+            cmd.main([*base, *extra])
