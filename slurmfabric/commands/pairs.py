@@ -317,7 +317,7 @@ MATRIX_JSON_MAX = 256  # nodes up to which --json carries the matrix ("pairs" al
 
 
 def _report(args: argparse.Namespace) -> int:
-    from slurmfabric.pairsweep.heatmap import render_svg
+    from slurmfabric.pairsweep.heatmap import BARS_FROM, render_bars, render_svg
     from slurmfabric.pairsweep.report import (
         analyze,
         check_execution,
@@ -362,7 +362,12 @@ def _report(args: argparse.Namespace) -> int:
     overlap = round_overlap(pairs_sweep)
     gate = _gate(args, analysis) if (args.drain or args.resume_passing) else []
     big = len(nodes) > MATRIX_JSON_MAX  # N x N cells: 67 million at 8,192 nodes
-    if args.svg:
+    if args.svg and len(nodes) >= BARS_FROM:
+        Path(args.svg).write_text(render_bars(
+            nodes, analysis.node_median, analysis.reference,
+            f"pair sweep: {len(nodes)} nodes, {len(pairs_sweep)} pairs", analysis.messages[:20],
+            set(analysis.suspect_nodes)))
+    elif args.svg:
         Path(args.svg).write_text(render_svg(
             nodes, matrix(nodes, values), analysis.reference,
             f"pair sweep: {len(pairs)} pairs, {len(plan['rounds'])} rounds",

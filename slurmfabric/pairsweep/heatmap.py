@@ -77,3 +77,52 @@ def render_svg(nodes: list[str], m: list[list[float | None]], reference: float |
                      f'fill="#7f0000">{escape(note)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+BAR_H = 14
+BARS_FROM = 33  # nodes from which the SVG shows one bar per node instead of the matrix
+
+
+def render_bars(nodes: list[str], medians: dict[str, float | None], reference: float | None,
+                title: str, notes: list[str], suspects: set[str] | None = None) -> str:
+    """One horizontal bar per node (its median pair bandwidth), lowest first: readable at
+    256 nodes and more, where a matrix has 65,536 cells. Suspects are labelled in red."""
+    suspects = suspects or set()
+    order = sorted(nodes, key=lambda n: (medians.get(n) is None, medians.get(n) or 0.0, n))
+    label_w = max(60, 8 * max(len(n) for n in nodes) + 16)
+    plot_w = 560
+    top = 44
+    height = top + len(order) * BAR_H + 30 + 18 * len(notes) + MARGIN
+    width = MARGIN * 2 + label_w + plot_w + 70
+    top_value = max([v for v in medians.values() if v is not None] + [reference or 0.0, 1e-9])
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{MARGIN}" y="24" font-size="16" font-weight="bold">{escape(title)}</text>',
+    ]
+    for i, node in enumerate(order):
+        y = top + i * BAR_H
+        value = medians.get(node)
+        colour = "#7f0000" if node in suspects else "#333"
+        parts.append(f'<text x="{MARGIN + label_w - 6}" y="{y + BAR_H - 3}" font-size="11" '
+                     f'text-anchor="end" fill="{colour}">{escape(node)}</text>')
+        if value is None:
+            continue
+        length = plot_w * value / top_value
+        fill = _colour(value / reference if reference else None)
+        parts.append(f'<rect x="{MARGIN + label_w}" y="{y + 1}" width="{length:.1f}" '
+                     f'height="{BAR_H - 2}" fill="{fill}"><title>{escape(node)}: '
+                     f'{value:.1f} GB/s</title></rect>')
+        parts.append(f'<text x="{MARGIN + label_w + length + 4:.1f}" y="{y + BAR_H - 3}" '
+                     f'font-size="10">{value:.0f}</text>')
+    y = top + len(order) * BAR_H + 20
+    ref = "n/a" if reference is None else f"{reference:.1f} GB/s"
+    parts.append(f'<text x="{MARGIN}" y="{y}" font-size="12">median busbw per node in GB/s, '
+                 f'lowest first; reference {escape(ref)}; suspects in red</text>')
+    for k, note in enumerate(notes):
+        parts.append(f'<text x="{MARGIN}" y="{y + 18 * (k + 1)}" font-size="12" '
+                     f'fill="#7f0000">{escape(note)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

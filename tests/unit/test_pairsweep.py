@@ -395,3 +395,17 @@ def test_markdown_report_lists_findings_and_every_node(tmp_path, capsys):
            "cable" in out
     rows = [line for line in out if line.startswith("| sfn")]
     assert rows[0] == "| sfn3 | 178.6 | suspect |" and len(rows) == 4
+
+
+def test_a_large_sweeps_svg_is_one_bar_per_node_lowest_first(tmp_path, capsys):
+    nodes = [f"n{i:02d}" for i in range(40)]
+    plan = fakebw.sweep_results(tmp_path / "res", nodes, {"n17": 180.0})
+    svg = tmp_path / "bars.svg"
+    assert cmd.main(["report", str(plan.results), "--svg", str(svg)]) == 1
+    root = ET.parse(svg).getroot()
+    rects = [r for r in root.iter("{http://www.w3.org/2000/svg}rect")][1:]  # no background
+    assert len(rects) == 40  # one bar per node, not 1,600 cells
+    assert rects[0].find("{http://www.w3.org/2000/svg}title").text == "n17: 178.6 GB/s"
+    red = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")
+           if t.get("fill") == "#7f0000" and t.text in nodes]
+    assert red == ["n17"]
