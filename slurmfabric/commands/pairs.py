@@ -466,7 +466,10 @@ def _retest_plan(args: argparse.Namespace) -> int:
     values, failed = latest(pairs)
     analysis = analyze(plan["nodes"], values, judge["threshold"], failed, judge["reference"],
                        judge["expected"])
-    for i, rnd in enumerate(schedule_pairs(retest_pairs(analysis)), 1):
+    measured: dict[frozenset, int] = {}
+    for res in pairs:
+        measured[frozenset(res.pair)] = measured.get(frozenset(res.pair), 0) + 1
+    for i, rnd in enumerate(schedule_pairs(retest_pairs(analysis, 2, measured)), 1):
         for a, b in rnd:
             print(f"{i:02d} {a} {b}")
     return 0

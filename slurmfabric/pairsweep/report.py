@@ -144,9 +144,10 @@ def slow_rails(pairs: list[PairResult], analysis: Analysis) -> list[str]:
     """For per-rail sweeps: a suspect node's rail that is low in most of its pairs while
     its other rails are fine (a single bad HCA, cable or switch port of one rail)."""
     out = []
+    last = list({frozenset(r.pair): r for r in pairs}.values())  # a retest replaces a pair
     for node in analysis.suspect_nodes + [n for p in analysis.flagged for n in p]:
         per_rail: dict[str, list[float]] = {}
-        for res in pairs:
+        for res in last:
             if node in res.pair:
                 for rail, value in res.rails.items():
                     if value is not None:
@@ -211,21 +212,25 @@ def latest(pairs: list[PairResult]) -> tuple[dict[Pair, float | None], list[Pair
     return values, [name[k] for k, r in last.items() if not r.ok]
 
 
-def retest_pairs(analysis: Analysis, partners: int = 2) -> list[Pair]:
-    """What the next retest pass runs: every flagged pair again, and for each node of a pair
+def retest_pairs(analysis: Analysis, partners: int = 2,
+                 measured: dict[frozenset, int] | None = None) -> list[Pair]:
+    """What the next retest pass runs: every flagged pair not yet confirmed (measured bad
+    twice: a retest that agrees ends it, so the passes shrink), and for each node of a pair
     not yet explained (not a suspect node, not a link between good nodes) up to
     ``partners`` nodes that are good with everyone, so node and link can be told apart."""
+    measured = measured or {}
     flagged = analysis.flagged
     involved = {n for p in flagged for n in p}
     good = [n for n in analysis.nodes if n not in involved]
-    out = list(flagged)
+    out = [p for p in flagged if measured.get(frozenset(p), 1) < 2]
     needy = sorted({n for p in analysis.unresolved for n in p})
     turn = 0
     for node in needy:
         for _ in range(min(partners, len(good))):
             partner = good[turn % len(good)]
             turn += 1
-            out.append((node, partner))
+            if frozenset((node, partner)) not in measured:
+                out.append((node, partner))
     return out
 
 

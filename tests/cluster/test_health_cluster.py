@@ -271,8 +271,10 @@ def test_health_periodic_drains_a_node_through_healthcheckprogram(cluster: Clust
     assert reason.rsplit(" [", 1)[0] == (
         "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors")
     log = tmp_path / "state" / "health.log"
-    _wait(lambda: all(f"health periodic node={name} " in log.read_text()
-                      for name in cluster.nodes), 60, "a periodic run on every node")
+    # The drain is set before the run writes its log lines: wait for the file too.
+    _wait(lambda: log.exists() and all(f"health periodic node={name} " in log.read_text()
+                                       for name in cluster.nodes), 60,
+          "a periodic run on every node")
     for name in cluster.nodes:
         if name != faulty:
             state, why = cluster.node_state(name)

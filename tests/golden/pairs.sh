@@ -20,7 +20,8 @@ TASK_WRAPPER='echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STE
 
 run_pair() {  # dir round a b: one two-node job step, output kept per pair
   local base="$1/round-$2/$3+$4"
-  srun "${STEP_ARGS[@]}" --nodelist="$3,$4" /bin/sh -c "$TASK_WRAPPER" "$base.tasks" "${TEST_CMD[@]}" > "$base.out" 2>&1
+  # stdin from /dev/null: srun would read the retest loop's list of pairs otherwise
+  srun "${STEP_ARGS[@]}" --nodelist="$3,$4" /bin/sh -c "$TASK_WRAPPER" "$base.tasks" "${TEST_CMD[@]}" < /dev/null > "$base.out" 2>&1
   echo $? > "$base.rc"
 }
 

@@ -348,6 +348,7 @@ def test_a_bad_link_stays_a_link_after_retest(tmp_path, capsys):
     assert cmd.main(["report", str(results), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["suspect_nodes"] == [] and data["suspect_links"] == [["sfn1", "sfn4"]]
+    assert _retest(results, 2, {}, capsys) == []  # bad twice: confirmed, not run again
 
 
 def test_baseline_from_good_sweeps_flags_a_drop_the_median_rule_misses(tmp_path, capsys):
