@@ -136,7 +136,7 @@ def parse_csv(text: str, fields: dict[str, str], what: str) -> list[dict[str, ob
     return out
 
 
-def _bus(bus_id: object) -> str:
+def normal_bus_id(bus_id: object) -> str:
     """Normalise ``00000000:18:00.0`` / ``0000:18:00.0`` to ``0000:18:00.0`` (lower case)."""
     text = str(bus_id).strip().lower()
     domain, _, rest = text.partition(":")
@@ -146,15 +146,15 @@ def _bus(bus_id: object) -> str:
 def merge(gpus: list[dict[str, object]], remaps: list[dict[str, object]] | None,
           apps: list[dict[str, object]] | None) -> list[dict[str, object]]:
     """Join remapped-rows and compute-apps rows onto GPUs by PCI bus id."""
-    by_bus = {_bus(g.get("bus_id")): g for g in gpus}
+    by_bus = {normal_bus_id(g.get("bus_id")): g for g in gpus}
     for gpu in gpus:
         gpu.setdefault("procs", [])
     for row in remaps or []:
-        target = by_bus.get(_bus(row.get("bus_id")))
+        target = by_bus.get(normal_bus_id(row.get("bus_id")))
         if target is not None:
             target.update({k: v for k, v in row.items() if k != "bus_id"})
     for row in apps or []:
-        target = by_bus.get(_bus(row.get("bus_id")))
+        target = by_bus.get(normal_bus_id(row.get("bus_id")))
         if target is not None and row.get("pid") is not None:
             target["procs"].append({"pid": row["pid"], "process": row.get("process")})
     return gpus
@@ -163,7 +163,9 @@ def merge(gpus: list[dict[str, object]], remaps: list[dict[str, object]] | None,
 # --- collection -----------------------------------------------------------------------------
 
 
-def _nvsmi(path: str, args: list[str], timeout: float) -> str:
+def run_nvsmi(path: str, args: list[str], timeout: float) -> str:
+    """One nvidia-smi call under a deadline; a failing exit is a ProbeError naming it (and a
+    node fault for the exits in NODE_FAULT_EXITS). Shared by the GPU and NVLink probes."""
     out = run_command([path, *args], timeout, name="nvidia-smi")
     if out.returncode != 0:
         meaning = EXIT_CODES.get(out.returncode, "unknown exit code")
@@ -182,7 +184,7 @@ def query_gpus(path: str, timeout: float) -> list[dict[str, object]]:
     for name in (EVENT_FIELD, THROTTLE_FIELD):
         wanted = {**fields, name: "clocks_event_reasons"}
         try:
-            text = _nvsmi(path, [f"--query-gpu={','.join(wanted)}", "--format=csv,nounits"],
+            text = run_nvsmi(path, [f"--query-gpu={','.join(wanted)}", "--format=csv,nounits"],
                           timeout)
         except ProbeError as exc:
             if name == EVENT_FIELD and "not a valid field" in str(exc):
@@ -199,7 +201,7 @@ def collect_nvidia_smi(path: str, timeout: float, apps: bool = True) -> GpuFacts
 
     def one(key: str, args: list[str], fields: dict[str, str]) -> None:
         try:
-            results[key] = parse_csv(_nvsmi(path, args, timeout), fields, args[0].split("=")[0])
+            results[key] = parse_csv(run_nvsmi(path, args, timeout), fields, args[0].split("=")[0])
         except ProbeError as exc:
             results[key] = exc
 

@@ -26,6 +26,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from slurmfabric.health.gpu import normal_bus_id, run_nvsmi
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric, ProbeError
 
 _GPU = re.compile(r"GPU (?P<index>[0-9]{1,4}): ")  # then the name, then " (UUID: ...)"
@@ -117,7 +118,7 @@ def parse_fabric(text: str) -> dict[str, dict[str, str]]:
         indent = len(raw) - len(raw.lstrip())
         line = raw.strip()
         if raw.startswith("GPU ") and indent == 0:
-            bus, inside = _bus(line[4:]), False
+            bus, inside = normal_bus_id(line[4:]), False
             continue
         if line == "Fabric" and bus:
             inside, depth = True, indent
@@ -131,13 +132,6 @@ def parse_fabric(text: str) -> dict[str, dict[str, str]]:
             if sep and value.strip():
                 out[bus][key.strip()] = value.strip()
     return out
-
-
-def _bus(text: str) -> str:
-    """``00000000:18:00.0`` -> ``0000:18:00.0`` (lower case), as gpu.py's facts."""
-    text = text.strip().lower()
-    domain, _, rest = text.partition(":")
-    return f"{domain[-4:]}:{rest}" if rest else text
 
 
 # --- collection -----------------------------------------------------------------------------
@@ -181,26 +175,20 @@ def fabric_manager_running(root: str) -> bool:
     return False
 
 
-def _nvsmi(path: str, args: list[str], timeout: float) -> str:
-    from slurmfabric.health.gpu import _nvsmi as run
-
-    return run(path, args, timeout)
-
-
 def collect_links(path: str, timeout: float, counters: bool) -> NvlinkFacts:
     """``nvlink -s`` and, when a counter check runs, ``nvlink -e`` concurrently."""
     result: dict[str, object] = {}
 
     def errors() -> None:
         try:
-            result["e"] = parse_errors(_nvsmi(path, ["nvlink", "-e"], timeout))
+            result["e"] = parse_errors(run_nvsmi(path, ["nvlink", "-e"], timeout))
         except ProbeError as exc:
             result["e"] = exc
 
     thread = threading.Thread(target=errors, daemon=True) if counters else None
     if thread:
         thread.start()
-    links, names = parse_status(_nvsmi(path, ["nvlink", "-s"], timeout))
+    links, names = parse_status(run_nvsmi(path, ["nvlink", "-s"], timeout))
     if not links:
         raise ProbeError("nvidia-smi nvlink -s listed no GPU")
     if thread:
@@ -214,7 +202,7 @@ def collect_links(path: str, timeout: float, counters: bool) -> NvlinkFacts:
 
 
 def collect_fabric(path: str, timeout: float, root: str, switches: list[str]) -> FabricFacts:
-    text = _nvsmi(path, ["-q"], timeout)
+    text = run_nvsmi(path, ["-q"], timeout)
     gpus = parse_fabric(text)
     return FabricFacts(switches, fabric_manager_running(root), gpus,
                        "\n    Fabric" in text or bool(gpus))

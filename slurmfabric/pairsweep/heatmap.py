@@ -68,10 +68,16 @@ def render_svg(nodes: list[str], m: list[list[float | None]], reference: float |
             colour = "white" if fill in ("#7f0000",) or text not in ("-", "n/a") else "#333"
             parts.append(f'<text x="{x + CELL // 2}" y="{y + CELL // 2 + 5}" font-size="13" '
                          f'text-anchor="middle" fill="{colour}">{escape(text)}</text>')
-    y = top + n * CELL + 24
+    return _finish(parts, top + n * CELL + 24, "busbw in GB/s; reference {ref}; red = half of "
+                   "it, green = at or above it", reference, notes)
+
+
+def _finish(parts: list[str], y: int, legend: str, reference: float | None,
+            notes: list[str]) -> str:
+    """The legend line (``{ref}`` filled in), the notes in red, and the closing tag."""
     ref = "n/a" if reference is None else f"{reference:.1f} GB/s"
-    parts.append(f'<text x="{MARGIN}" y="{y}" font-size="12">busbw in GB/s; reference '
-                 f'{escape(ref)}; red = half of it, green = at or above it</text>')
+    parts.append(f'<text x="{MARGIN}" y="{y}" font-size="12">'
+                 f'{escape(legend.format(ref=ref))}</text>')
     for k, note in enumerate(notes):
         parts.append(f'<text x="{MARGIN}" y="{y + 18 * (k + 1)}" font-size="12" '
                      f'fill="#7f0000">{escape(note)}</text>')
@@ -117,12 +123,5 @@ def render_bars(nodes: list[str], medians: dict[str, float | None], reference: f
                      f'{value:.1f} GB/s</title></rect>')
         parts.append(f'<text x="{MARGIN + label_w + length + 4:.1f}" y="{y + BAR_H - 3}" '
                      f'font-size="10">{value:.0f}</text>')
-    y = top + len(order) * BAR_H + 20
-    ref = "n/a" if reference is None else f"{reference:.1f} GB/s"
-    parts.append(f'<text x="{MARGIN}" y="{y}" font-size="12">median busbw per node in GB/s, '
-                 f'lowest first; reference {escape(ref)}; suspects in red</text>')
-    for k, note in enumerate(notes):
-        parts.append(f'<text x="{MARGIN}" y="{y + 18 * (k + 1)}" font-size="12" '
-                     f'fill="#7f0000">{escape(note)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+    return _finish(parts, top + len(order) * BAR_H + 20, "median busbw per node in GB/s, "
+                   "lowest first; reference {ref}; suspects in red", reference, notes)

@@ -56,15 +56,32 @@ def _config(path: Path, state: Path, cluster: Cluster, faulty: str | None,
         "probe_timeout_s": 5.0, "budget_s": 15.0, **runner})
 
 
+def _install(cluster: Cluster, tmp_path: Path, cfg: Path) -> Path:
+    """``health install-hooks`` into tmp_path/hooks, baked with this config."""
+    hooks = tmp_path / "hooks"
+    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
+                 _slurmfabric(), "--config", str(cfg)])
+    return hooks
+
+
+def _hooks_on(cluster: Cluster, request, conf: str) -> None:
+    """Put ``conf`` (Prolog=, HealthCheckProgram= ...) into slurm.conf for this test; at its
+    end take it out and resume every node, for the other tests on the shared cluster."""
+    def cleanup() -> None:
+        cluster.set_extra_conf("")
+        cluster.testbed.resume_all()
+
+    request.addfinalizer(cleanup)
+    cluster.set_extra_conf(conf)
+
+
 def test_faulty_node_is_drained_job_requeued_and_resumed(cluster: Cluster, tmp_path,
                                                          request) -> None:
     faulty, admin = cluster.nodes[0], cluster.nodes[-1]
     _wait(lambda: _idle(cluster), 180, "an idle cluster (other tests' jobs to finish)")
     state = tmp_path / "state"
     cfg = _config(tmp_path / "health.toml", state, cluster, faulty)
-    hooks = tmp_path / "hooks"
-    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
-                 _slurmfabric(), "--config", str(cfg)])
+    hooks = _install(cluster, tmp_path, cfg)
 
     def restore() -> None:  # other tests share the cluster: leave every node idle
         cluster.set_extra_conf("")
@@ -132,9 +149,7 @@ def test_a_broken_site_config_drains_no_node(cluster: Cluster, tmp_path, request
     cfg = tmp_path / "health.toml"
     cfg.write_text(f'nodes = ["{cluster.nodes[0]}"]\n[runner]\nbudget_s = inf\n'
                    f'log_file = "{tmp_path / "hook.log"}"\n')
-    hooks = tmp_path / "hooks"
-    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
-                 _slurmfabric(), "--config", str(cfg)])
+    hooks = _install(cluster, tmp_path, cfg)
     request.addfinalizer(lambda: cluster.set_extra_conf(""))
     cluster.set_extra_conf(f"Prolog={hooks}/slurmfabric-prolog\n"
                            f"Epilog={hooks}/slurmfabric-epilog\n")
@@ -211,16 +226,8 @@ def test_an_xid_in_a_nodes_kernel_log_drains_it_once(cluster: Cluster, tmp_path,
     scontrol = shutil.which("scontrol", path=cluster.env.get("PATH"))
     cfg = write_config(tmp_path / "health.toml", tmp_path / "state", nodes, runner={
         "slurm_bin_dir": str(Path(scontrol).parent), "probe_timeout_s": 5.0, "budget_s": 15.0})
-    hooks = tmp_path / "hooks"
-    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
-                 _slurmfabric(), "--config", str(cfg)])
-
-    def cleanup() -> None:
-        cluster.set_extra_conf("")
-        cluster.testbed.resume_all()
-
-    request.addfinalizer(cleanup)
-    cluster.set_extra_conf(f"Prolog={hooks}/slurmfabric-prolog\n")
+    hooks = _install(cluster, tmp_path, cfg)
+    _hooks_on(cluster, request, f"Prolog={hooks}/slurmfabric-prolog\n")
     pair = f"{bad},{app}"
     first = cluster.submit("#!/bin/sh\necho ran\n", "-N", "2", "-w", pair, "-t", "5")
     assert cluster.wait(first, timeout=120) == "COMPLETED"  # first run: cursors only
@@ -256,17 +263,9 @@ def test_health_periodic_drains_a_node_through_healthcheckprogram(cluster: Clust
     faulty = cluster.nodes[1]
     cfg = _config(tmp_path / "health.toml", tmp_path / "state", cluster, faulty,
                   slurm_conf=cluster.env["SLURM_CONF"])  # not in HealthCheckProgram's env
-    hooks = tmp_path / "hooks"
-    cluster.run([_slurmfabric(), "health", "install-hooks", str(hooks), "--bin",
-                 _slurmfabric(), "--config", str(cfg)])
-
-    def cleanup() -> None:
-        cluster.set_extra_conf("")
-        cluster.testbed.resume_all()
-
-    request.addfinalizer(cleanup)
-    cluster.set_extra_conf(f"HealthCheckProgram={hooks}/slurmfabric-healthcheck\n"
-                           "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n")
+    hooks = _install(cluster, tmp_path, cfg)
+    _hooks_on(cluster, request, f"HealthCheckProgram={hooks}/slurmfabric-healthcheck\n"
+              "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n")
     reason = _wait(lambda: cluster.node_state(faulty)[1], 90, f"{faulty} drained")
     assert reason.rsplit(" [", 1)[0] == (
         "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors")

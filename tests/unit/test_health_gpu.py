@@ -124,7 +124,7 @@ def test_nvml_source_matches_nvidia_smi_for_the_same_node(monkeypatch, tmp_path)
     smi = gpu.collect_nvidia_smi(nvsmi("h100-535-healthy"), 5)
     keys = ("bus_id", "ecc_uncorrected", "remap_pending", "pcie_width", "pcie_gen_max")
     for a, b in zip(facts.gpus, smi.gpus):
-        assert gpu._bus(a["bus_id"]) == gpu._bus(b["bus_id"])
+        assert gpu.normal_bus_id(a["bus_id"]) == gpu.normal_bus_id(b["bus_id"])
         assert [bool(a[k]) if k == "remap_pending" else a[k] for k in keys[1:]] == \
                [bool(b[k]) if k == "remap_pending" else b[k] for k in keys[1:]]
     assert all(r.status == OK for r in judge(facts).values())
