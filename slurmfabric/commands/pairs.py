@@ -26,9 +26,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="absolute results directory on a filesystem all nodes share")
     s.add_argument("--command", help="bandwidth command run on each pair (default: "
                    "all_reduce_perf -b 1G -e 8G -f 2 -g 1)")
-    s.add_argument("--pattern", choices=("round-robin", "topology"), default="round-robin",
+    s.add_argument("--pattern", choices=("round-robin", "topology", "k-batch"),
+                   default="round-robin",
                    help="round-robin: every pair (N-1 rounds); topology: pairs chosen by "
-                   "distance in the --topology fabric, a few rounds per distance")
+                   "distance in the --topology fabric, a few rounds per distance; k-batch: "
+                   "groups of --batch nodes all at once, two rounds (a screen for large "
+                   "clusters; its report prints the pair sweep for what it cannot resolve)")
+    s.add_argument("--batch", type=number(2, 4096, integer=True), metavar="K",
+                   help="--pattern k-batch: nodes per group")
     s.add_argument("--topology", metavar="FILE", help="ibnetdiscover output (--pattern "
                    "topology)")
     s.add_argument("--node-map", metavar="FILE", help="node-name-map for --topology")
@@ -63,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
                    "counts a node as passing only if its GPUs and its links pass")
     s.add_argument("--retests", type=number(0, 10, integer=True), default=2,
                    help="retest passes in the same job for pairs still below the bar, each "
-                   "suspect node also paired with good ones (default 2; 0: none)")
+                   "suspect node also paired with good ones (default 2; 0: none; k-batch runs "
+                   "none: its report prints the pair sweep to run)")
     _judge_options(s, "used by the retests and by 'pairs report'")
     s.add_argument("--state-dir", help="drain state directory (as for 'pairs report')")
     s.add_argument("--health-config", metavar="FILE", help="site health config whose [runner] "
@@ -158,6 +164,8 @@ def _plan(args: argparse.Namespace):
         rounds = schedule_pairs(chosen)
     elif args.pattern == "topology":
         rounds = _topology_rounds(args, nodes)
+    elif args.pattern == "k-batch":
+        rounds = _batch_rounds(args, nodes)
     else:
         rounds = round_robin(nodes)
     command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
@@ -167,9 +175,24 @@ def _plan(args: argparse.Namespace):
         nodes=nodes, rounds=rounds, results=Path(args.results), command=command,
         partition=args.partition, time_limit=args.time_limit,
         tasks_per_node=args.tasks_per_node, gpus_per_node=args.gpus_per_node, mpi=args.mpi,
-        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg, retests=args.retests,
-        judge=_judge(args), test=args.test,
+        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg,
+        retests=0 if args.pattern == "k-batch" else args.retests,
+        judge=_judge(args), test=args.test, pattern=args.pattern,
     )
+
+
+def _batch_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
+    from slurmfabric.pairsweep.batch import batch_rounds
+
+    if args.batch is None:
+        raise UsageError("--pattern k-batch needs --batch K", hint="e.g. --batch 4: groups "
+                         "of 4 nodes")
+    if args.pairs:
+        raise UsageError("--pairs chooses pairs; --pattern k-batch chooses groups: give one")
+    if args.test != "nccl-tests":
+        raise UsageError(f"--test {args.test} runs between two nodes; --pattern k-batch "
+                         "runs nccl-tests on groups", hint="use --pattern round-robin")
+    return batch_rounds(nodes, args.batch)
 
 
 def _topology_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
@@ -318,6 +341,7 @@ MATRIX_JSON_MAX = 256  # nodes up to which --json carries the matrix ("pairs" al
 
 def _report(args: argparse.Namespace) -> int:
     from slurmfabric.pairsweep.heatmap import BARS_FROM, render_bars, render_svg
+    from slurmfabric.pairsweep.plan import read_plan
     from slurmfabric.pairsweep.report import (
         analyze,
         check_execution,
@@ -334,6 +358,8 @@ def _report(args: argparse.Namespace) -> int:
     )
 
     results = Path(args.results)
+    if read_plan(results).get("pattern") == "k-batch":
+        return _report_batch(args, results)
     plan, pairs = load_results(results)
     nodes = plan["nodes"]
     values, failed = latest(pairs)
@@ -416,6 +442,54 @@ def _report(args: argparse.Namespace) -> int:
             print(line)
     bad = (analysis.suspect_nodes or analysis.suspect_links or analysis.unresolved or execution
            or drifted or cables)
+    return 1 if bad else 0
+
+
+def _report_batch(args: argparse.Namespace, results: Path) -> int:
+    """A k-batch sweep: each group's bus bandwidth, the nodes it names, the pair sweep
+    that resolves the rest."""
+    from slurmfabric.pairsweep.batch import analyze_batches
+    from slurmfabric.pairsweep.report import load_groups
+
+    for option in ("baseline", "topology", "svg", "drain", "resume_passing"):
+        if getattr(args, option):
+            raise UsageError(f"--{option.replace('_', '-')} is for pair sweeps; this is a "
+                             "k-batch sweep", hint="run the pair sweep its report prints")
+    plan, groups = load_groups(results)
+    judge = _judge(args, plan.get("judge"))
+    analysis = analyze_batches([(g.round, g.pair, g.busbw if g.ok else None) for g in groups],
+                               judge["threshold"], judge["reference"], judge["expected"])
+    follow = analysis.follow_up(plan["nodes"], str(results))
+    problems = [f"round {g.round} group {'+'.join(g.pair)}: {g.error}" for g in groups
+                if g.error and g.busbw is not None]
+    problems += [f"round {g.round}: group {'+'.join(g.pair)} ran on "
+                 f"{','.join(sorted(set(g.ran_on)))}" for g in groups
+                 if g.ran_on and sorted(set(g.ran_on)) != sorted(g.pair)]
+    if args.json:
+        print(json.dumps({
+            "pattern": "k-batch", "nodes": plan["nodes"], "reference": analysis.reference,
+            "judge": judge,
+            "groups": [{"round": g.round, "nodes": list(g.pair), "busbw": g.busbw,
+                        "rc": g.rc, "error": g.error} for g in groups],
+            "suspect_nodes": analysis.suspect_nodes, "unresolved": analysis.unresolved,
+            "unexplained": [{"round": r, "nodes": list(g)} for r, g in analysis.unexplained],
+            "messages": analysis.messages, "follow_up": follow,
+            "execution_problems": problems,
+        }, indent=2))
+    else:
+        ref = f"{analysis.reference:.1f} GB/s" if analysis.reference else "none"
+        print(f"k-batch sweep: {len(plan['nodes'])} nodes, {len(groups)} groups in "
+              f"{len(plan['rounds'])} rounds; reference {ref}, bar "
+              f"{100 * analysis.threshold:.0f} %")
+        for g in groups:
+            value = f"{g.busbw:8.1f}" if g.busbw is not None else "  failed"
+            print(f"  round {g.round} {value}  {','.join(g.pair)}"
+                  + (f"  ({g.error})" if g.error else ""))
+        for line in analysis.messages + [f"! {p}" for p in problems]:
+            print(line)
+        if follow:
+            print(f"next: {follow}")
+    bad = analysis.suspect_nodes or analysis.unresolved or analysis.unexplained or problems
     return 1 if bad else 0
 
 

@@ -4,14 +4,19 @@ The fabric comes from an ``ibnetdiscover`` topology (the audit's parser, its nod
 Between two nodes traffic takes a shortest path (OpenSM's default min-hop routing); with
 several equal paths (a fat tree's spines) any of them. For each pair this module finds the
 cables on *every* shortest path between its HCAs (the access cables, a single uplink) and
-on *any* of them. A cable is a candidate when it is on every path of a bad pair and on no
-path of a good pair; candidates are ranked by how many bad pairs they explain. Each comes
+on *any* of them. On a rail-optimised fabric (each HCA of a node on its own leaf, each leaf
+serving one rail index: NVIDIA's DGX SuperPOD reference architecture) rails are kept apart:
+rail r of one node is paired with rail r of the other, as NCCL's rail-local traffic runs,
+never with the nearest HCA of another rail. A cable is a candidate when it is on every
+path of a bad pair and on no path of a good pair; candidates are ranked by how many bad
+pairs they explain. Each comes
 with the commands that read its counters (infiniband-diags: ``perfquery -x -G GUID PORT``
 on both ends) and, for an access cable, ``ibstat`` on the node.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -28,6 +33,8 @@ class Fabric:
     cables: list[Link]
     adjacent: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # dev -> (dev, i)
     hcas: dict[str, list[str]] = field(default_factory=dict)  # Slurm node -> its HCA devices
+    desc: dict[str, str] = field(default_factory=dict)  # HCA device -> its node description
+    rails: int = 0  # > 1: rail-optimised with this many rails (see ``_rail_count``)
 
     @classmethod
     def from_topology(cls, topo: list[TopoLink], namer: NodeNamer) -> Fabric:
@@ -39,7 +46,28 @@ class Fabric:
             fabric.adjacent.setdefault(b, []).append((a, index))
             if link.node and link.a.node_type == "CA":
                 fabric.hcas.setdefault(link.node, []).append(a)
+                fabric.desc[a] = link.a.desc
+        for devices in fabric.hcas.values():  # rail order: mlx5_0 < mlx5_2 < mlx5_10
+            devices.sort(key=lambda d: (_natural(fabric.desc.get(d, "")), d))
+        fabric.rails = fabric._rail_count()
         return fabric
+
+    def _rail_count(self) -> int:
+        """Rails when the fabric is rail-optimised: every node has the same number (2+) of
+        HCAs, each on a different leaf switch, and every leaf serves one rail index only;
+        0 otherwise (one HCA per node, or HCAs of several rails on one leaf)."""
+        counts = {len(devices) for devices in self.hcas.values()}
+        if len(counts) != 1 or min(counts) < 2:
+            return 0
+        rail_of_leaf: dict[str, int] = {}
+        for devices in self.hcas.values():
+            leaves = [self.adjacent[d][0][0] for d in devices if self.adjacent.get(d)]
+            if len(set(leaves)) != len(devices):
+                return 0
+            for rail, leaf in enumerate(leaves):
+                if rail_of_leaf.setdefault(leaf, rail) != rail:
+                    return 0
+        return counts.pop()
 
     def _bfs(self, source: str) -> tuple[dict[str, int], dict[str, int]]:
         """Hop distance and number of shortest paths from ``source`` to every device."""
@@ -59,15 +87,18 @@ class Fabric:
     def cables_between(self, x: str, y: str, cache: dict,
                        only: set[int] | None = None) -> tuple[set[int], set[int]]:
         """(cables on every shortest path, cables on some shortest path) between the HCAs
-        of nodes ``x`` and ``y`` (each HCA of x to the nearest HCA of y); ``only`` limits
-        the cables looked at (the candidates, when judging the good pairs)."""
+        of nodes ``x`` and ``y`` (each HCA of x to the nearest HCA of y, or on a
+        rail-optimised fabric to y's HCA of the same rail); ``only`` limits the cables
+        looked at (the candidates, when judging the good pairs)."""
         every: set[int] | None = None
         some: set[int] = set()
-        for source in self.hcas.get(x, []):
+        for rail, source in enumerate(self.hcas.get(x, [])):
             if source not in cache:
                 cache[source] = self._bfs(source)
             dist_s, count_s = cache[source]
             targets = [t for t in self.hcas.get(y, []) if t in dist_s]
+            if self.rails and len(targets) == self.rails:
+                targets = [self.hcas[y][rail]] if self.hcas[y][rail] in dist_s else []
             if not targets:
                 continue
             target = min(targets, key=lambda t: (dist_s[t], t))
@@ -133,20 +164,32 @@ def shared_cables(fabric: Fabric, bad: list[Pair], good: list[Pair]) -> list[Cab
 
 
 def distances(fabric: Fabric, nodes: list[str]) -> dict[str, dict[str, int]]:
-    """Cables between each two nodes' first HCAs: 2 on one leaf switch, 4 through a spine,
-    6 through a core (min-hop, as OpenSM routes)."""
+    """Cables between each two nodes: 2 on one leaf switch, 4 through a spine, 6 through a
+    core (min-hop, as OpenSM routes). First HCA to first HCA; on a rail-optimised fabric
+    rail to same rail, the longest of the rails (a pair "on one leaf" is so on every rail)."""
     out: dict[str, dict[str, int]] = {}
     cache: dict = {}
+    rails = range(fabric.rails or 1)
     for a in nodes:
         hcas = fabric.hcas.get(a)
         if not hcas:
             continue
-        if hcas[0] not in cache:
-            cache[hcas[0]] = fabric._bfs(hcas[0])
-        dist = cache[hcas[0]][0]
-        out[a] = {b: dist[fabric.hcas[b][0]] for b in nodes
-                  if b != a and fabric.hcas.get(b) and fabric.hcas[b][0] in dist}
+        for rail in rails:
+            if hcas[rail] not in cache:
+                cache[hcas[rail]] = fabric._bfs(hcas[rail])
+        row = out[a] = {}
+        for b in nodes:
+            theirs = fabric.hcas.get(b)
+            if b == a or not theirs:
+                continue
+            hops = [cache[hcas[r]][0].get(theirs[r]) for r in rails]
+            if None not in hops:
+                row[b] = max(h for h in hops if h is not None)
     return out
+
+
+def _natural(text: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def topology_rounds(fabric: Fabric, nodes: list[str], hops: list[int]) -> list[list[Pair]]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmfabric import __version__
 from slurmfabric.errors import UsageError
+from slurmfabric.pairsweep.batch import group_name
 
 Pair = tuple[str, str]
 PLAN_FILE = "plan.json"
@@ -110,6 +111,8 @@ class SweepPlan:
     judge: dict = field(default_factory=dict)  # {"reference", "threshold", "expected"}
     retest_cmd: list[str] | None = None  # the slurmfabric executable's argv prefix
     test: str = "nccl-tests"  # or a perftest tool run per rail by 'pairs rdma-step'
+    # "k-batch": each round's items are groups of k nodes (pairsweep/batch.py), not pairs.
+    pattern: str = "round-robin"
 
     def __post_init__(self) -> None:
         for node in self.nodes:
@@ -138,7 +141,7 @@ class SweepPlan:
             "rounds": [[list(p) for p in rnd] for rnd in self.rounds],
             "command": self.command, "tasks_per_node": self.tasks_per_node,
             "created": self.created, "gpu_stage": self.gpu_stage, "retests": self.retests,
-            "judge": self.judge, "test": self.test,
+            "judge": self.judge, "test": self.test, "pattern": self.pattern,
         }, indent=2)
 
 
@@ -185,14 +188,20 @@ def render_script(plan: SweepPlan) -> str:
     if plan.mpi:
         step.append(f"--mpi={plan.mpi}")
     step += plan.srun_args
-    rounds = [{"tag": f"{i + 1:02d}", "pairs": rnd,
-               "banner": f"round {i + 1:02d}: " + " ".join(f"{a}+{b}" for a, b in rnd)}
+    batch = plan.pattern == "k-batch"
+    rounds = [{"tag": f"{i + 1:02d}", "pairs": [] if batch else rnd,
+               "groups": [(group_name(j), len(g), ",".join(g)) for j, g in enumerate(rnd)]
+               if batch else [],
+               "banner": f"round {i + 1:02d}: " + (
+                   f"{len(rnd)} groups" if batch else " ".join(f"{a}+{b}" for a, b in rnd))}
               for i, rnd in enumerate(plan.rounds)]
+    group_step = step[2:]  # run_group gives --nodes and --ntasks per group
     gpu_step = ["--nodes", str(len(plan.nodes)), "--ntasks-per-node=1", "--exact"]
     if plan.gpus_per_node:
         gpu_step.append(f"--gpus-per-node={plan.gpus_per_node}")
     text = environment().get_template("pairs.sh.j2").render(
         plan=plan, directives=directives, step=step, rounds=rounds, gpu_step=gpu_step,
+        group_step=group_step,
         retest_cmd=[*(plan.retest_cmd or ["slurmfabric"]), "pairs", "retest-plan",
                     str(plan.results)],
         task_wrapper=_TASK_WRAPPER, plan_file=str(plan.results / PLAN_FILE),
@@ -219,7 +228,8 @@ def read_plan(results: Path) -> dict:
         if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
             raise TypeError("no 'nodes' list")
         data["rounds"] = [[tuple(str(n) for n in p) for p in rnd] for rnd in data.get("rounds", [])]
-        if any(len(p) != 2 for rnd in data["rounds"] for p in rnd):
+        size = (lambda n: n >= 2) if data.get("pattern") == "k-batch" else (lambda n: n == 2)
+        if any(not size(len(p)) for rnd in data["rounds"] for p in rnd):
             raise ValueError("a pair does not have two nodes")
     except (TypeError, ValueError, AttributeError) as exc:
         raise shape_error(str(path), "pair plan", exc, "a plan written by 'pairs submit'") \

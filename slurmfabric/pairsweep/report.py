@@ -76,8 +76,10 @@ def _read_int(path: Path) -> int | None:
 
 
 def load_pair(results: Path, round_index: int, pair: Pair, retest: int = 0,
-              test: str = "nccl-tests") -> PairResult:
-    base = pair_base(results / f"retest-{retest}" if retest else results, round_index, pair)
+              test: str = "nccl-tests", base: Path | None = None) -> PairResult:
+    if base is None:
+        base = pair_base(results / f"retest-{retest}" if retest else results, round_index,
+                         pair)
     res = PairResult(round=round_index + 1, pair=pair, retest=retest)
     res.rc = _read_int(base.with_suffix(".rc"))
     try:
@@ -181,6 +183,15 @@ def load_results(results: Path) -> tuple[dict, list[PairResult]]:
 
 
 MAX_RETESTS = 10  # as 'pairs submit --retests' allows
+
+
+def load_groups(results: Path) -> tuple[dict, list[PairResult]]:
+    """A k-batch sweep's groups (``round-NN/group-NNN.*``), in plan order."""
+    from slurmfabric.pairsweep.batch import group_name
+
+    plan = read_plan(results)
+    return plan, [load_pair(results, i, g, base=results / f"round-{i + 1:02d}" / group_name(j))
+                  for i, rnd in enumerate(plan["rounds"]) for j, g in enumerate(rnd)]
 
 
 def read_retest(path: Path, nodes: set[str]) -> list[tuple[int, Pair]]:

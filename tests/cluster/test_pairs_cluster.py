@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -21,6 +23,20 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "slurmfabric", *args]
 
 
+def bandwidth_command() -> tuple[str, bool]:
+    """The real all_reduce_perf where nccl-tests and a GPU exist, the double otherwise; the
+    test output says which (pytest -s, or the captured output of a failure)."""
+    real = shutil.which("all_reduce_perf")
+    gpus = shutil.which("nvidia-smi") and subprocess.run(
+        ["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+    if real and gpus:
+        print(f"nccl-tests: the real {real}")
+        return f"{real} -b 256M -e 8G -f 2 -g 1", True
+    why = "no all_reduce_perf on PATH" if not real else "no GPU (nvidia-smi -L)"
+    print(f"nccl-tests: the test double {FAKEBW} ({why})")
+    return f"{sys.executable} {FAKEBW} -b 256M -e 8G -f 2 -g 1", False
+
+
 def test_pair_sweep_finds_the_degraded_node(cluster, tmp_path):
     nodes = cluster.nodes
     assert len(nodes) == 4
@@ -30,10 +46,10 @@ def test_pair_sweep_finds_the_degraded_node(cluster, tmp_path):
         "SLURMFABRIC_FAKEBW": json.dumps({bad: DEGRADED}),
         "SLURMFABRIC_FAKEBW_SECONDS": "2",  # long enough that a round's steps overlap
     }
-    fake = f"{sys.executable} {FAKEBW} -b 256M -e 8G -f 2 -g 1"
+    command, real = bandwidth_command()
     sub = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes),
                            "--results", str(results), "--partition", cluster.partition,
-                           "--time", "5", "--command", fake), env=env)
+                           "--time", "5", "--command", command), env=env)
     job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
     state = cluster.wait(job_id, timeout=240)
     job_out = "".join(p.read_text() for p in results.glob("job-*.out"))
@@ -42,6 +58,11 @@ def test_pair_sweep_finds_the_degraded_node(cluster, tmp_path):
     svg = tmp_path / "pairs.svg"
     rep = cluster.run(_cli("pairs", "report", str(results), "--json", "--svg", str(svg)),
                       check=False)
+    if real:  # nothing to inject a fault with: every pair measured, as scheduled
+        data = json.loads(rep.stdout)
+        assert data["execution_problems"] == [] and len(data["pairs"]) == 6, rep.stdout
+        assert all(p["busbw"] and p["rc"] == 0 for p in data["pairs"]), rep.stdout
+        return
     assert rep.returncode == 1, rep.stderr  # a suspect was found
     data = json.loads(rep.stdout)
     assert data["suspect_nodes"] == [bad]
@@ -271,7 +292,12 @@ def test_per_rail_rdma_sweep_names_the_one_slow_rail(cluster, tmp_path):
     tool = bin_dir / "ib_write_bw"
     tool.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKEPERF} "$@"\n')
     tool.chmod(0o755)
-    print(f"ib_write_bw: the test double {FAKEPERF} (no perftest or RDMA on this machine)")
+    # A real ib_write_bw needs RDMA devices, and the double's fault (one slow rail) cannot
+    # be put on real ones: this test always runs the double and says why.
+    rdma = sorted(p.name for p in Path("/sys/class/infiniband").glob("*"))
+    print(f"ib_write_bw: the test double {FAKEPERF} (real perftest: "
+          f"{shutil.which('ib_write_bw') or 'not installed'}; RDMA devices: "
+          f"{', '.join(rdma) or 'none'})")
     env = {"PATH": f"{bin_dir}:{cluster.env['PATH']}",
            "SLURMFABRIC_FAKEPERF": json.dumps({f"{bad}/mlx5_1": 0.4})}
     results = tmp_path / "rdma"
@@ -290,3 +316,35 @@ def test_per_rail_rdma_sweep_names_the_one_slow_rail(cluster, tmp_path):
     for pair in data["pairs"]:
         assert set(pair["rails"]) == {"mlx5_0", "mlx5_1"} and pair["rails"]["mlx5_0"] == 98.38
     assert data["retests"] and all(bad in r["pair"] for r in data["retests"])
+
+
+def test_k_batch_screen_names_the_slow_node_from_two_rounds(cluster, tmp_path):
+    """--pattern k-batch --batch 2 on the 4 nodes: round 1 sfn1+sfn2, sfn3+sfn4; round 2
+    sfn1+sfn3, sfn2+sfn4, every group one step, both groups of a round at once. The slow
+    node is the one member of its slow groups that no good group clears."""
+    nodes = cluster.nodes
+    bad = nodes[3]
+    results = tmp_path / "kbatch"
+    env = {"SLURMFABRIC_FAKEBW": json.dumps({bad: DEGRADED}),
+           "SLURMFABRIC_FAKEBW_SECONDS": "1"}
+    fake = f"{sys.executable} {FAKEBW} -b 256M -e 8G -f 2 -g 1"
+    sub = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes), "--results",
+                           str(results), "--partition", cluster.partition, "--time", "5",
+                           "--pattern", "k-batch", "--batch", "2", "--command", fake), env=env)
+    job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
+    state = cluster.wait(job_id, timeout=240)
+    assert state == "COMPLETED", "".join(p.read_text() for p in results.glob("job-*.out"))
+    rep = cluster.run(_cli("pairs", "report", str(results), "--json"), check=False)
+    assert rep.returncode == 1, rep.stderr
+    data = json.loads(rep.stdout)
+    assert data["suspect_nodes"] == [bad] and data["unresolved"] == []
+    assert data["execution_problems"] == []
+    assert [g["nodes"] for g in data["groups"]] == [
+        nodes[0:2], nodes[2:4], [nodes[0], nodes[2]], [nodes[1], nodes[3]]]
+    for group in data["groups"]:
+        expected = DEGRADED if bad in group["nodes"] else 360.0
+        assert expected * 0.95 < group["busbw"] <= expected
+    for round_dir in sorted(results.glob("round-*")):  # each node in one group per round
+        ran = [line.split()[1] for t in round_dir.glob("*.tasks")
+               for line in t.read_text().splitlines() if line.split()[3] == "start"]
+        assert sorted(ran) == sorted(nodes), round_dir

@@ -130,3 +130,44 @@ def test_topology_pattern_refuses_what_it_cannot_schedule(tmp_path) -> None:
                            (["--topology", str(TOPO), "--nodes", "gpu[1-2]"], "no HCA of")):
         with pytest.raises(UsageError, match=message):
             cmd.main([*base, *extra])
+
+
+RAIL_TOPO = IB / "sim_rail_ibnetdiscover.txt"  # ibsim on railfabric.net, see SOURCES.md
+
+
+def test_a_rail_optimised_fabric_keeps_rails_apart() -> None:
+    """Two HCAs per node, each on its own rail's leaf: the pair's paths run rail 1 to rail
+    1 and rail 2 to rail 2. Pairing each HCA with the *nearest* HCA of the other node sent
+    both of sfn01's rails to sfn05's rail 1 (both at 4 cables), so sfn05's rail-2 cable was
+    on no path and could never be named."""
+    from slurmfabric.pairsweep.paths import distances, topology_rounds
+
+    rail = Fabric.from_topology(parse_ibnetdiscover(RAIL_TOPO.read_text()), NodeNamer())
+    assert rail.rails == 2
+    assert Fabric.from_topology(parse_ibnetdiscover(TOPO.read_text()), NodeNamer()).rails == 0
+    assert [rail.desc[d] for d in rail.hcas["sfn05"]] == ["sfn05 HCA-1", "sfn05 HCA-2"]
+    every, _ = rail.cables_between("sfn01", "sfn05", {})
+    assert sorted(rail.cables[i].label for i in every) == [
+        "sfn01 HCA-1/1 <-> su1-rail1/1", "sfn01 HCA-2/1 <-> su1-rail2/1",
+        "sfn05 HCA-1/1 <-> su2-rail1/1", "sfn05 HCA-2/1 <-> su2-rail2/1"]
+    table = distances(rail, NODES)
+    assert table["sfn01"]["sfn04"] == 2 and table["sfn04"]["sfn05"] == 4
+    assert topology_rounds(rail, NODES, [2, 4])[-1] == [
+        ("sfn01", "sfn05"), ("sfn02", "sfn06"), ("sfn03", "sfn07"), ("sfn04", "sfn08")]
+
+
+def test_a_leaf_with_two_rails_is_not_rail_optimised() -> None:
+    """sfn01's second HCA moved onto the rail-1 leaf of its unit: rails are not separable,
+    so pairs fall back to the nearest HCA."""
+    text = RAIL_TOPO.read_text()
+    moved = '"H-0000000000100002"[1](100003) \t\t# "sfn01 HCA-2" lid 5 12xQDR\n'
+    text = text.replace("[1]\t" + moved, "")
+    text = text.replace('# "su1-rail1" base port 0 lid 4 lmc 0\n',
+                        '# "su1-rail1" base port 0 lid 4 lmc 0\n'
+                        "[7]\t" + moved)
+    text = text.replace('[1](100003) \t"S-0000000000200003"[1]\t\t# lid 5 lmc 0 "su1-rail2"',
+                        '[1](100003) \t"S-0000000000200002"[7]\t\t# lid 5 lmc 0 "su1-rail1"')
+    fabric = Fabric.from_topology(parse_ibnetdiscover(text), NodeNamer())
+    assert fabric.rails == 0 and len(fabric.hcas["sfn01"]) == 2
+    every, _ = fabric.cables_between("sfn01", "sfn02", {})
+    assert "sfn02 HCA-2/1 <-> su1-rail2/1" not in {fabric.cables[i].label for i in every}

@@ -68,6 +68,11 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric pairs submit --nodes 'gpu[001-016]' --results /shared/rails1 --test ib_write_bw"
     " --rails mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_6,mlx5_7,mlx5_8,mlx5_9 --cuda":
         "tests/cluster/test_pairs_cluster.py::test_per_rail_rdma_sweep_names_the_one_slow_rail",
+    "slurmfabric pairs submit --nodes 'gpu[001-256]' --results /shared/screen1 --pattern k-batch"
+    " --batch 16 --tasks-per-node 8 --gpus-per-node 8 --mpi pmix":
+        "tests/cluster/test_pairs_cluster.py::test_k_batch_screen_names_the_slow_node_from_two_rounds",
+    "slurmfabric pairs report /shared/screen1":
+        "tests/cluster/test_pairs_cluster.py::test_k_batch_screen_names_the_slow_node_from_two_rounds",
     "slurmfabric pairs baseline /shared/sweep1 /shared/sweep2 -o /shared/pairs-baseline.json":
         "tests/unit/test_pairsweep.py::test_baseline_from_good_sweeps_flags_a_drop_the_median_"
         "rule_misses",
