@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/setup-env.sh
-. scripts/setup-env.sh "shellcheck openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server" "test,nvml"
+. scripts/setup-env.sh "shellcheck openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1" "test,nvml"
 
 echo "== ruff check"
 ruff check slurmfabric tests benchmarks examples

@@ -78,8 +78,11 @@ def check_port(rank_env: rankenv.RankEnv, environ: dict[str, str]) -> None:
         )
 
 
-def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict[str, str]):
+def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict[str, str],
+               topology: object = None):
     """The fabric plan for this node, or None (batch shell, --no-plan, a CPU-only node).
+    ``topology``: the node's discovered Topology when the caller has it (the TaskProlog's
+    per-boot cache), else discovery runs here.
 
     NCCL settings are per node, so never in the batch shell (its values would leak into
     every node's steps). A node with neither GPUs nor RDMA devices gets no plan at all:
@@ -109,9 +112,11 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
     except ImportError:  # the fabric plan is optional at this seam
         return None
     local = rank_env.local_world_size or rank_env.nproc_per_node or 1
+    if topology is None:
+        topology = discover(environ.get("SLURMFABRIC_SYSFS_ROOT") or None, plan_only=True,
+                            environ=environ)
     plan = make_plan(
-        discover(environ.get("SLURMFABRIC_SYSFS_ROOT") or None, plan_only=True,
-                 environ=environ),
+        topology,  # type: ignore[arg-type]
         local,
         visible_gpus=visible_gpus_from_env(environ),
         master_addr=rank_env.master_addr,
@@ -175,6 +180,7 @@ def build(
     plan: bool = True,
     bind: bool = True,
     strict: bool = True,
+    plan_source: object = None,
 ) -> TaskEnv:
     """The environment and binding of the task ``environ`` (default ``os.environ``)
     describes: what ``slurmfabric env`` prints and ``slurmfabric launch`` applies.
@@ -182,6 +188,8 @@ def build(
     ``strict`` (default): a node that cannot honour the job's fabric type is an error
     (RankEnvError); ``launch --print`` passes False to show the errors instead.
     ``bind=False``: the binding is planned but its CPU/memory entries are not exported.
+    ``plan_source``: a callable ``(rank_env, opts, environ) -> plan or None`` used instead
+    of ``wants_plan`` (the TaskProlog's per-boot cache, site/taskprolog.py).
     """
     env = dict(os.environ if environ is None else environ)
     opts = {"mode": mode, "addr_policy": addr_policy, "port_range": port_range, "port": port,
@@ -189,7 +197,7 @@ def build(
             "strict": strict}
     rank_env = resolve(opts, env)
     final, kept = rankenv.with_user_values(rank_env, env, override)
-    node_plan = wants_plan(rank_env, opts, env)
+    node_plan = (plan_source or wants_plan)(rank_env, opts, env)  # type: ignore[operator]
     binding = None
     if node_plan is not None:
         for key, value in node_plan.nccl_env.items():  # the plan never overrides the user's

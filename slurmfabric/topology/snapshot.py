@@ -3,17 +3,15 @@
 Two forms: JSON of the parsed ``Topology`` (small, readable), or a tarball of exactly the
 files, listings and symlinks discovery read (replayed by running discovery on it, so a
 newer slurmfabric can re-parse an old capture).
+
+``to_dict``/``from_dict`` also serve the TaskProlog's per-boot cache (site/taskprolog.py),
+which runs before every task: the tarball and JSON modules are imported only by the
+functions that use them.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import os
-import tarfile
-import tempfile
-from pathlib import Path
-from typing import Any
 
 from slurmfabric._record import as_plain, replace
 from slurmfabric.errors import TopologyError
@@ -30,6 +28,10 @@ from slurmfabric.topology.model import (
     Route,
     Topology,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT = 1
 
@@ -89,6 +91,9 @@ def from_dict(data: dict[str, Any]) -> Topology:
 
 
 def write_json(topo: Topology, path: str | os.PathLike[str]) -> None:
+    import json
+    from pathlib import Path
+
     Path(path).write_text(
         json.dumps({"slurmfabric_topology": FORMAT, "topology": to_dict(topo)}, indent=1)
     )
@@ -96,6 +101,9 @@ def write_json(topo: Topology, path: str | os.PathLike[str]) -> None:
 
 def write_tarball(root: object, path: str | os.PathLike[str]) -> Topology:
     """Discover with a recording reader and tar up what it read (links kept as links)."""
+    import io
+    import tarfile
+
     from slurmfabric.topology import discover_with_reader
 
     reader = Reader(as_root(root), record=True)  # type: ignore[arg-type]
@@ -139,6 +147,12 @@ def write_tarball(root: object, path: str | os.PathLike[str]) -> Topology:
 
 def load(path: str | os.PathLike[str]) -> Topology:
     """Read a snapshot written by ``write_json`` or ``write_tarball``."""
+    import io
+    import json
+    import tarfile
+    import tempfile
+    from pathlib import Path
+
     from slurmfabric.inputfile import read_bytes, shape_error
 
     path = Path(path)

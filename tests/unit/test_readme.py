@@ -88,6 +88,8 @@ ELSEWHERE: dict[str, str] = {
     " /var/lib/node_exporter/fabric.prom --drain":
         "tests/sim/test_ibaudit_sim.py::test_injected_faults_are_exactly_the_findings",
     "slurmfabric jobs list": "tests/unit/test_jobs.py::test_cli_cancel_and_list_json",
+    "slurmfabric site install /etc/slurm/slurmfabric --config /etc/slurmfabric/site.toml":
+        "tests/cluster/test_site_cluster.py::test_a_plain_sbatch_script_gets_the_plan_in_every_task",
     "slurmfabric jobs status 1234 [--json]":
         "tests/cluster/test_jobs_cluster.py::test_the_summary_names_the_rank_its_node_and_exit_7",
     "slurmfabric jobs logs 1234 --rank 3 --tail 50":
