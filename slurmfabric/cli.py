@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resume": ("resume", "supervise a job that survives timeouts, preemption and failures; "
                "its restart history"),
     "ib": ("ib", "InfiniBand fabric audit with infiniband-diags (audit, links)"),
+    "roce": ("roce", "RoCE lossless setup (trust, PFC, ECN, ToS, MTU) and counters: this node "
+             "or a cluster audit"),
     "site": ("site", "cluster-wide hooks for every job: TaskProlog, cli_filter.lua, install"),
     "testbed": ("testbed", "start/stop a local multi-node Slurm cluster for tests and demos"),
 }

@@ -134,4 +134,21 @@ def main(argv: list[str]) -> int:
     from slurmfabric.commands._topo_table import render
 
     print(render(topo, plan, explain=args.explain))
+    if args.explain and not args.from_file and plan.fabric == "roce":
+        print("\n".join(_roce_lines(topo, plan, args.sysfs_root or topo.root)))
     return 1 if plan.errors else 0
+
+
+def _roce_lines(topo, plan, root: str) -> list[str]:
+    """The RoCE traffic class and lossless check (slurmfabric/roce/explain.py). The tools
+    (ethtool, mlnx_qos, dcb at their standard paths) ask the running kernel, so they run
+    only when the root is the real one, not a fixture or snapshot tree."""
+    from slurmfabric.roce.explain import lines
+    from slurmfabric.roce.facts import Tools, collect
+
+    real = os.path.realpath(root) == "/"
+    tools = Tools() if real else Tools(ethtool=None, mlnx_qos=None, dcb=None)
+    out = lines(topo, plan, collect(root, tools), dict(os.environ))
+    if out and not real:
+        out.insert(1, f"  (sysfs under {root}: ethtool, mlnx_qos and dcb not run)")
+    return out

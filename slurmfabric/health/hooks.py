@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 
 from slurmfabric.errors import ConfigError, HealthError
-from slurmfabric.health import drain, nvlink, outputs, runner, siteconfig, state
+from slurmfabric.health import drain, nvlink, outputs, roce, runner, siteconfig, state
 from slurmfabric.health.model import Context
 from slurmfabric.health.rdma import RdmaFacts, snapshot
 
@@ -109,7 +109,7 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
         saved = state.read_json(job_path)
         if isinstance(saved, dict):
             ctx = Context(ctx.hook, ctx.node, ctx.job_id, ctx.job_gpus, ctx.deep,
-                          saved.get("counters"), saved.get("nvlink"))
+                          saved.get("counters"), saved.get("nvlink"), saved.get("roce"))
     run = runner.run(cfg, ctx)
     blocking = [r for r in run.blocking if r.action == "drain"]
     outcome, exit_code, note = None, 0, ""
@@ -122,7 +122,8 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
                 state.write_json(job_path, {
                     "job_id": ctx.job_id, "node": node, "time": run.started,
                     "counters": snapshot(rdma_facts) if isinstance(rdma_facts, RdmaFacts)
-                    else None, "nvlink": nvlink.snapshot(run.facts.get("nvlink"))})
+                    else None, "nvlink": nvlink.snapshot(run.facts.get("nvlink")),
+                    "roce": roce.snapshot(run.facts.get("roce"))})
             elif hook == "epilog" and job_path is not None:
                 job_path.unlink(missing_ok=True)
             if blocking:

@@ -109,6 +109,7 @@ class Context:
     deep: bool = False  # epilog after a failed job, or `health check --deep`
     counters_before: dict | None = None  # RDMA counters from this job's prolog
     nvlink_before: dict | None = None  # NVLink error counters from this job's prolog
+    roce_before: dict | None = None  # RoCE loss/pause counters from this job's prolog
 
     @classmethod
     def from_env(cls, hook: str, node: str, env: dict[str, str], deep: bool = False,

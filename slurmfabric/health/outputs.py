@@ -61,12 +61,12 @@ def write_report(cfg: SiteConfig, report: dict[str, Any]) -> Path:
     return path
 
 
-def _escape(value: str) -> str:
+def prom_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(pairs: tuple[tuple[str, str], ...]) -> str:
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
+def prom_labels(pairs: tuple[tuple[str, str], ...]) -> str:
+    return "{" + ",".join(f'{k}="{prom_escape(v)}"' for k, v in pairs) + "}"
 
 
 def prometheus_text(run: Any) -> str:
@@ -78,16 +78,16 @@ def prometheus_text(run: Any) -> str:
     ]
     for result in run.results:
         lines.append(f"slurmfabric_health_check_status"
-                     f"{_labels((('node', node), ('check', result.check)))} "
+                     f"{prom_labels((('node', node), ('check', result.check)))} "
                      f"{status_rank(result.status)}")
     lines += [
         "# HELP slurmfabric_health_last_run_timestamp_seconds When the last hook ran.",
         "# TYPE slurmfabric_health_last_run_timestamp_seconds gauge",
         f"slurmfabric_health_last_run_timestamp_seconds"
-        f"{_labels((('node', node), ('hook', run.context.hook)))} {run.started:.3f}",
+        f"{prom_labels((('node', node), ('hook', run.context.hook)))} {run.started:.3f}",
         "# HELP slurmfabric_health_run_seconds How long the checks took.",
         "# TYPE slurmfabric_health_run_seconds gauge",
-        f"slurmfabric_health_run_seconds{_labels((('node', node),))} {run.seconds:.4f}",
+        f"slurmfabric_health_run_seconds{prom_labels((('node', node),))} {run.seconds:.4f}",
     ]
     # The exposition format wants all samples of one metric together, after its TYPE line.
     samples: dict[str, list[str]] = {}
@@ -95,7 +95,7 @@ def prometheus_text(run: Any) -> str:
         for metric in result.metrics:
             labels = (("node", node), *metric.labels)
             samples.setdefault(metric.name, []).append(
-                f"{metric.name}{_labels(labels)} {float(metric.value):g}")
+                f"{metric.name}{prom_labels(labels)} {float(metric.value):g}")
     for name, group in samples.items():
         lines.append(f"# TYPE {name} gauge")
         lines.extend(group)
@@ -136,7 +136,7 @@ XX
         return None
     base = target.replace("{node}", node)
     path = Path((base[:-5] if base.endswith(".prom") else base) + ".hook.prom")
-    labels = _labels((("node", node), ("hook", hook)))
+    labels = prom_labels((("node", node), ("hook", hook)))
     text = ("# HELP slurmfabric_health_hook_error 1: the last hook failed open on its own "
             "config or internal error (nothing was checked); 0: it ran.\n"
             "# TYPE slurmfabric_health_hook_error gauge\n"

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from slurmfabric.health import dcgm, gpu, node, nvlink, rdma, xid
+from slurmfabric.health import dcgm, gpu, node, nvlink, rdma, roce, xid
 from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, ProbeError, worst
 from slurmfabric.health.probe import run_command
 from slurmfabric.health.siteconfig import SiteConfig
@@ -23,7 +23,8 @@ from slurmfabric.health.state import safe_name
 # Checks that judge events since the last run (a kernel message, a counter's growth during
 # a job, what a job left behind), not a state: passing the next time proves no repair, so a
 # drain by one of them is never resumed automatically (hooks._clear_stale).
-EVENT_CHECKS = frozenset({"gpu.xid", "rdma.counters", "node.leftovers", "gpu.nvlink_errors"})
+EVENT_CHECKS = frozenset({"gpu.xid", "rdma.counters", "node.leftovers", "gpu.nvlink_errors",
+                          "rdma.roce_counters"})
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class RunResult:
 
 def registry() -> list[CheckSpec]:
     specs = []
-    for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("kmsg", xid.CHECKS),
+    for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("roce", roce.CHECKS),
+                        ("kmsg", xid.CHECKS),
                         ("nvlink", nvlink.LINK_CHECKS), ("fabric", nvlink.FABRIC_CHECKS),
                         ("dcgm", dcgm.CHECKS)):
         for name, (func, on_error, hooks) in table.items():
@@ -107,6 +109,7 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = Tr
             str(expect.get("dcgmi") or "/usr/bin/dcgmi"), level, dcgm.timeout_for(expect, level),
             expect.get("gpu_stress_argv") if ctx.hook == "burnin" else None),
         "rdma": lambda t: rdma.collect(root),
+        "roce": lambda t: roce.collect(expect, t),
         "meminfo": lambda t: node.collect_meminfo(root),
         "disks": lambda t: node.collect_disks(list(expect.get("disks") or {})),
         # One cursor per node name: virtual nodes of one host keep apart.
@@ -185,6 +188,7 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
     level = dcgm.level_for(cfg.expect, ctx.hook, ctx.deep)
     switches = nvlink.fabric_switches(cfg.expect) if has_gpus else None
     gates = {"gpu": has_gpus, "rdma": rdma.enabled(cfg.expect), "kmsg": has_gpus,
+             "roce": roce.enabled(cfg.expect),
              "nvlink": has_gpus and nvlink.links_enabled(cfg.expect, switches),
              "fabric": switches is not None,
              "dcgm": has_gpus and level > 0,
@@ -194,6 +198,8 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
     needed = {s.fact for s in specs}
     if ctx.hook == "prolog" and gates["rdma"]:
         needed.add("rdma")  # the epilog's counter deltas need this job's starting point
+    if ctx.hook == "prolog" and gates["roce"] and cfg.policy("rdma.roce_counters").enabled:
+        needed.add("roce")  # and for the RoCE loss counters
     counters = any(s.name == "gpu.nvlink_errors" for s in specs)
     if ctx.hook == "prolog" and gates["nvlink"] and cfg.policy("gpu.nvlink_errors").enabled:
         needed.add("nvlink")  # the same for the NVLink error counters

@@ -97,6 +97,13 @@ NODE_DEFAULTS: dict[str, Any] = {
     "dcgm_levels": {},  # hook -> dcgmi diag level, e.g. {epilog_failed = 2, burnin = 3}
     "dcgm_timeout_s": {},  # "level" -> seconds before dcgmi is killed (dcgm.DEFAULT_TIMEOUT_S)
     "gpu_stress_argv": [],  # burn-in: this command instead of dcgmi; prints dcgmi -j JSON
+    # RoCE (health/roce.py): the declared lossless profile, e.g. {trust = "dscp",
+    # pfc_priorities = [3], ecn = true, roce_tos = 106, mtu = 4200}; only keys set are checked
+    "roce_profile": {},
+    "roce_delta_max": {},  # counter -> allowed increase during one job (roce/profile.py)
+    "ethtool": "/usr/sbin/ethtool",
+    "mlnx_qos": "/usr/bin/mlnx_qos",  # MLNX_OFED / mlnx-tools; "" to use dcb only
+    "dcb": "/usr/sbin/dcb",  # iproute2
 }
 
 # [runner] keys whose value is one of a fixed set (checked at load, with the choices).
@@ -222,7 +229,7 @@ INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "gpus", "p
                 "rdma_ports", "nvlinks"}
 STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv"}
 NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
-               "nvlink_abs_max"}
+               "nvlink_abs_max", "roce_delta_max"}
 NVLINK_COUNTERS = ("replay", "recovery", "crc")  # nvlink.COUNTERS' names
 NODE_CHOICES: dict[str, tuple[str, ...]] = {
     "gpu_source": ("auto", "nvml", "nvidia-smi"),
@@ -287,6 +294,8 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
         return _commands(value, where, problems)
     if key in ("dcgm_levels", "dcgm_timeout_s"):
         return _dcgm_table(key, value, bad)
+    if key == "roce_profile":
+        return _roce_profile(value, bad)
     if key in NODE_CHOICES:
         if value not in NODE_CHOICES[key]:
             return bad(f"{key} = {_one_line(repr(value))}; use one of "
@@ -297,6 +306,37 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
                    f"like {default!r}")
     if isinstance(value, str) and ("\x00" in value or "\n" in value):
         return bad(f"{key} = {_one_line(repr(value))}: NUL or newline in a value")
+    return value
+
+
+# roce_profile keys: (type check, what the value must be); roce/profile.py PROFILE_KEYS.
+_ROCE_PROFILE = {
+    "trust": (lambda v: v in ("dscp", "pcp"), '"dscp" or "pcp"'),
+    "pfc_priorities": (lambda v: isinstance(v, list) and all(
+        isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 7 for p in v)
+        and len(set(v)) == len(v), "a list of priorities 0-7, e.g. [3]"),
+    "ecn": (lambda v: isinstance(v, bool), "true or false"),
+    "roce_tos": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255,
+                 "a ToS byte 0-255, e.g. 106 (DSCP 26)"),
+    "mtu": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1280 <= v <= 9216,
+            "the netdev MTU 1280-9216, e.g. 4200"),
+    "cnp_dscp": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 63,
+                 "a DSCP 0-63, e.g. 48"),
+}
+
+
+def _roce_profile(value: Any, bad: Any) -> Any:
+    if not isinstance(value, dict):
+        return bad('roce_profile should be a table, e.g. roce_profile = { trust = "dscp", '
+                   "pfc_priorities = [3], ecn = true, roce_tos = 106, mtu = 4200 }")
+    for name, item in value.items():
+        rule = _ROCE_PROFILE.get(name)
+        if rule is None:
+            return bad(f"roce_profile.{_one_line(repr(name))} is not a profile key; use "
+                       f"{', '.join(_ROCE_PROFILE)}")
+        if not rule[0](item):
+            return bad(f"roce_profile.{name} = {_one_line(repr(item))[:60]} should be "
+                       f"{rule[1]}")
     return value
 
 

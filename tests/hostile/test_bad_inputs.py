@@ -79,6 +79,9 @@ COMMANDS = [
     ["render", "-c", "{IN}"],
     ["submit", "--dry-run", "-c", "{IN}"],
     ["health", "check", "--config", "{IN}"],
+    ["roce", "report", "{DIR_WITH_SAMPLE}"],
+    ["site", "cli-filter", "--config", "{IN}"],
+    ["site", "install", "{TMP}/hooks", "--config", "{IN}"],
 ]
 # option values and expressions that are not what the command accepts
 ARGUMENTS = [
@@ -107,6 +110,16 @@ ARGUMENTS = [
     ["topo", "--ntasks", "-3"],
     ["env", "--port-range", "99999-1"],
     ["launch", "--mode", "bogus", "--", "true"],
+    ["pairs", "submit", "--nodes", "n[1-4]", "--results", "{TMP}/r", "--pattern", "k-batch",
+     "--batch", "9", "--dry-run"],
+    ["pairs", "submit", "--nodes", "n[1-4]", "--results", "{TMP}/r", "--pattern", "k-batch",
+     "--dry-run"],
+    ["roce", "audit", "--nodes", "n[1-4]", "--results", "relative/dir", "--dry-run"],
+    ["roce", "audit", "--nodes", "n[1-4]", "--results", "{TMP}/r", "--interval", "nan",
+     "--dry-run"],
+    ["roce", "report", "{TMP}/no-such-dir"],
+    ["roce", "report", "{TMP}"],
+    ["site", "install", "{TMP}/hooks2", "--python", "python3"],
 ]
 GOOD_LINKS = (Path(__file__).resolve().parents[1] / "fixtures" / "ib")
 
@@ -155,7 +168,7 @@ def _good_links() -> str:
 
 def test_every_command_refuses_bad_input_cleanly(tmp_path: Path, hostile_report) -> None:
     inputs = {name: make(tmp_path, name) for name in CONTENTS}
-    plan_dirs = {}
+    plan_dirs, sample_dirs = {}, {}
     for name, path in inputs.items():
         if name in ("directory", "fifo", "dangling", "dev-zero", "big-sparse"):
             continue
@@ -163,6 +176,10 @@ def test_every_command_refuses_bad_input_cleanly(tmp_path: Path, hostile_report)
         directory.mkdir()
         (directory / "plan.json").write_bytes(path.read_bytes())
         plan_dirs[name] = directory
+        samples = tmp_path / f"samples-{name}"
+        samples.mkdir()
+        (samples / "n1.0.json").write_bytes(path.read_bytes())
+        sample_dirs[name] = samples
     not_exec = tmp_path / "not-exec"
     not_exec.write_text("#!/bin/sh\n")
     log = tmp_path / "ok.log"
@@ -178,6 +195,10 @@ def test_every_command_refuses_bad_input_cleanly(tmp_path: Path, hostile_report)
                 if name not in plan_dirs:
                     continue
                 subs_here = {**subs, "{DIR_WITH_PLAN}": str(plan_dirs[name])}
+            elif "{DIR_WITH_SAMPLE}" in template:
+                if name not in sample_dirs:
+                    continue
+                subs_here = {**subs, "{DIR_WITH_SAMPLE}": str(sample_dirs[name])}
             else:
                 subs_here = {**subs, "{IN}": str(path)}
             runs.append(([_fill(arg, subs_here) for arg in template], name))

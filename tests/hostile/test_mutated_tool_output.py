@@ -29,6 +29,7 @@ from slurmfabric.errors import SlurmfabricError
 from slurmfabric.health import dcgm, nvlink, xid
 from slurmfabric.health.model import Context, ProbeError
 from slurmfabric.ibaudit import parse as ib_parse
+from slurmfabric.roce import parse as roce_parse
 
 pytestmark = pytest.mark.hostile
 
@@ -97,7 +98,29 @@ PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
     "perfquery": (ib_parse.parse_perfquery, ["ib/*perfquery*.txt"]),
     "ibnetdiscover": (ib_parse.parse_ibnetdiscover,
                       ["ib/*ibnetdiscover*.txt", "ib/*.net"]),
+    # RoCE: each parsed value goes on to the profile comparison a drain reason comes from
+    "ethtool -S": (lambda t: _roce_port(counters=roce_parse.ethtool_stats(t)),
+                   ["roce/*.txt"]),  # every recording: ethtool -S is the narrowest
+    "mlnx_qos": (lambda t: _roce_port(view=roce_parse.mlnx_qos(t)),
+                 ["roce/mlnx_qos_*.txt", "roce/spiderpool_*.txt"]),
+    "dcb": (lambda t: _roce_port(pfc=roce_parse.dcb_pfc(t), app=roce_parse.dcb_app_dscp(t),
+                                 tos=roce_parse.traffic_class(t)), ["roce/dcb_*.txt"]),
 }
+
+
+def _roce_port(counters=None, view=None, pfc=None, app=None, tos=None) -> object:
+    from slurmfabric.roce.facts import RocePort
+    from slurmfabric.roce.profile import Profile, differences, traffic_warning
+
+    port = RocePort("mlx5_0", 1, "ens1np0", mtu=4200, roce_tos=tos if tos is not None else 0,
+                    counters=dict(counters or {}), dscp2prio=dict(app or {}))
+    if view is not None:
+        port.trust, port.pfc, port.dscp2prio = view.trust, view.pfc, view.dscp2prio
+    if pfc is not None:
+        port.pfc = pfc
+    profile = Profile(trust="dscp", pfc_priorities=[3], ecn=True, roce_tos=106, mtu=4200)
+    RocePort.from_dict(port.to_dict())
+    return differences(port, profile), traffic_warning(port, profile)
 
 
 def _files(globs: list[str]) -> list[Path]:

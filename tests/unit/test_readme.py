@@ -88,6 +88,16 @@ ELSEWHERE: dict[str, str] = {
     " /var/lib/node_exporter/fabric.prom --drain":
         "tests/sim/test_ibaudit_sim.py::test_injected_faults_are_exactly_the_findings",
     "slurmfabric jobs list": "tests/unit/test_jobs.py::test_cli_cancel_and_list_json",
+    "slurmfabric roce audit --nodes 'gpu[001-128]' --results /shared/roce1 --interval 10"
+    " --partition gpu":
+        "tests/cluster/test_roce_cluster.py::test_the_audit_names_the_misconfigured_node_and_"
+        "the_dropping_port",
+    "slurmfabric roce report /shared/roce1 --health-config /etc/slurmfabric/health.toml"
+    " --prom /var/lib/node_exporter/roce.prom":
+        "tests/cluster/test_roce_cluster.py::test_the_audit_names_the_misconfigured_node_and_"
+        "the_dropping_port",
+    "slurmfabric roce facts":
+        "tests/unit/test_roce.py::test_a_lossless_node_matches_the_profile",
     "slurmfabric site install /etc/slurm/slurmfabric --config /etc/slurmfabric/site.toml":
         "tests/cluster/test_site_cluster.py::test_a_plain_sbatch_script_gets_the_plan_in_every_task",
     "slurmfabric jobs status 1234 [--json]":

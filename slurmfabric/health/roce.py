@@ -1,0 +1,172 @@
+"""RoCE checks: each RoCE port against the site's lossless profile (``rdma.roce_qos``), and
+its loss and pause-storm counters as deltas over a job (``rdma.roce_counters``).
+
+The facts come from slurmfabric/roce/facts.py (sysfs under the node's root, ``ethtool -S``,
+``mlnx_qos`` or iproute2 ``dcb``), the ports in parallel threads so that eight RoCE rails
+cost one tool run's time. A setting that could not be read is never a failure: the check
+says what it could not see (warn when the profile needs it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
+
+
+def enabled(expect: dict) -> bool:
+    """RoCE checks run where the node has an Ethernet-link-layer RDMA port (read from
+    sysfs: one small file per port), or the site declared a profile."""
+    if expect.get("rdma_ports") == 0:
+        return False
+    if expect.get("roce_profile") or expect.get("rdma_link_layer") == "Ethernet":
+        return True
+    root = str(expect.get("sysfs_root") or "/")
+    base = os.path.join(root, "sys/class/infiniband")
+    try:
+        devices = os.listdir(base)
+    except OSError:
+        return False
+    for dev in devices:
+        try:
+            ports = os.listdir(os.path.join(base, dev, "ports"))
+        except OSError:
+            continue
+        for port in ports:
+            try:
+                with open(os.path.join(base, dev, "ports", port, "link_layer")) as handle:
+                    if handle.read(32).strip() == "Ethernet":
+                        return True
+            except OSError:
+                continue
+    return False
+
+
+def tools_for(expect: dict, timeout: float):
+    from slurmfabric.roce.facts import Tools
+
+    return Tools(ethtool=expect.get("ethtool") or None, mlnx_qos=expect.get("mlnx_qos") or None,
+                 dcb=expect.get("dcb") or None, timeout=timeout)
+
+
+def collect(expect: dict, timeout: float) -> list:
+    """Every RoCE port's facts, one thread per port."""
+    from slurmfabric.roce.facts import collect_port, roce_ports
+
+    root = str(expect.get("sysfs_root") or "/")
+    tools = tools_for(expect, timeout)
+    ports = roce_ports(root)
+    results: list = [None] * len(ports)
+
+    def one(i: int, dev: str, port: int, netdev: str | None) -> None:
+        results[i] = collect_port(root, dev, port, netdev, tools)
+
+    threads = [threading.Thread(target=one, args=(i, *p), daemon=True)
+               for i, p in enumerate(ports)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [r for r in results if r is not None]
+
+
+def profile_from(expect: dict):
+    from slurmfabric.roce.profile import Profile
+
+    table = dict(expect.get("roce_profile") or {})
+    return Profile(**table, delta_max=dict(expect.get("roce_delta_max") or {}))
+
+
+def _selected(ports: list, expect: dict) -> list:
+    wanted = list(expect.get("rdma_devices") or [])
+    return [p for p in ports if not wanted or p.name in wanted or p.device in wanted]
+
+
+def check_qos(ports: list, expect: dict, ctx) -> CheckResult:
+    from slurmfabric.roce.profile import differences
+
+    profile = profile_from(expect)
+    declared = bool(expect.get("roce_profile"))
+    bad, unseen, values, metrics = [], [], {}, []
+    for port in _selected(ports, expect):
+        labels = (("device", port.device), ("port", str(port.port)))
+        values[port.name] = {k: v for k, v in port.to_dict().items()
+                             if k in ("netdev", "mtu", "trust", "pfc", "ecn_np", "ecn_rp",
+                                      "roce_tos", "cnp_dscp")}
+        diffs = differences(port, profile)
+        metrics.append(Metric("slurmfabric_roce_port_profile_ok", 0.0 if diffs else 1.0,
+                              labels))
+        if diffs:
+            bad.append(f"{port.label()}: " + "; ".join(diffs))
+        needed = _needed_unseen(port, profile) if declared else []
+        if needed:
+            unseen.append(f"{port.label()} could not see " + "; ".join(needed))
+    if bad:
+        return CheckResult("rdma.roce_qos", FAIL, "; ".join(bad + unseen), values,
+                           tuple(metrics))
+    if unseen:
+        return CheckResult("rdma.roce_qos", WARN, "; ".join(unseen), values, tuple(metrics))
+    return CheckResult("rdma.roce_qos", OK, "" if declared else "no roce_profile declared",
+                       values, tuple(metrics))
+
+
+def _needed_unseen(port, profile) -> list[str]:
+    """The profile's settings this port's facts could not show (the reasons are in
+    ``port.unseen``)."""
+    out = []
+    if profile.trust and port.trust is None:
+        out.append("trust")
+    if profile.pfc_priorities is not None and port.pfc is None:
+        out.append("PFC")
+    if profile.ecn is not None and (port.ecn_np is None or port.ecn_rp is None):
+        out.append("ECN")
+    if profile.roce_tos is not None and port.roce_tos is None:
+        out.append("RoCE ToS")
+    if profile.mtu is not None and port.mtu is None:
+        out.append("MTU")
+    if out:
+        why = "; ".join(port.unseen[:3])
+        out[-1] += f" ({why})" if why else ""
+    return out
+
+
+def check_counters(ports: list, expect: dict, ctx) -> CheckResult:
+    """Loss and pause-storm counters as deltas against this job's prolog; without a
+    snapshot only the values are reported (their totals since boot say nothing of a job)."""
+    from slurmfabric.roce.profile import CONGESTION, DEFAULT_DELTA_MAX, PAUSE
+
+    before = ctx.roce_before
+    limits = {**DEFAULT_DELTA_MAX, **(expect.get("roce_delta_max") or {})}
+    bad, values, metrics = [], {}, []
+    for port in _selected(ports, expect):
+        old = (before or {}).get(port.name) or {}
+        for counter, value in sorted(port.counters.items()):
+            metrics.append(Metric("slurmfabric_roce_port_counter", float(value),
+                                  (("device", port.device), ("port", str(port.port)),
+                                   ("counter", counter))))
+            start = old.get(counter)
+            if before is None or start is None or value < start:
+                continue  # no starting point (or the counter was reset): nothing to judge
+            change = value - start
+            if change and (counter in limits or counter in PAUSE or counter in CONGESTION):
+                values[f"{port.name} {counter}"] = f"+{change}"
+            if counter in limits and change > limits[counter]:
+                bad.append(f"{port.label()} {counter} +{change} during the job "
+                           f"(limit {limits[counter]})")
+    values["mode"] = "delta" if before is not None else "no prolog snapshot"
+    return CheckResult("rdma.roce_counters", FAIL if bad else OK, "; ".join(bad), values,
+                       tuple(metrics))
+
+
+def snapshot(ports) -> dict | None:
+    """What the prolog stores for the epilog's deltas."""
+    if not isinstance(ports, list):
+        return None
+    return {p.name: dict(p.counters) for p in ports}
+
+
+CHECKS = {
+    "rdma.roce_qos": (check_qos, "pass", ("prolog", "check", "periodic")),
+    "rdma.roce_counters": (check_counters, "pass", ("epilog", "check")),
+}
