@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ib": ("ib", "InfiniBand fabric audit with infiniband-diags (audit, links)"),
     "roce": ("roce", "RoCE lossless setup (trust, PFC, ECN, ToS, MTU) and counters: this node "
              "or a cluster audit"),
+    "whatif": ("whatif", "step time of a training job against the fabric, and what one "
+               "halved cable, slow GPU or GDR off costs"),
     "site": ("site", "cluster-wide hooks for every job: TaskProlog, cli_filter.lua, install"),
     "testbed": ("testbed", "start/stop a local multi-node Slurm cluster for tests and demos"),
 }

@@ -260,40 +260,48 @@ def _header_fields(body: str) -> dict[str, str]:
 
 # -- what the fabric should give -----------------------------------------------------------
 
-EFFICIENCY_LOW = 0.875
-EFFICIENCY_HIGH = 0.95
-
-
 def nominal_gbytes(rates_gbps: list[float]) -> float:
     """Summed NIC line rate of one node in GB/s (Gb/s / 8)."""
     return sum(rates_gbps) / 8.0
 
 
-def expected_busbw(rates_gbps: list[float]) -> tuple[float, float]:
-    """The large-message all_reduce bus bandwidth an inter-node run should reach, in GB/s.
+def expected_busbw(rates_gbps: list[float], fabric: str = "ib") -> tuple[float, float]:
+    """The large-message all_reduce bus bandwidth an inter-node run should reach, in GB/s,
+    from the whatif model (slurmfabric/whatif.py, one owner of what a fabric gives): NCCL
+    runs one ring per rail, so busbw is the rail count x one rail's effective rate (0.96 of
+    the line rate on InfiniBand, less on RoCE), and published runs spread 10 % below that:
+    8 x 400 Gb/s gives 346-384 GB/s. Runs on two nodes can exceed it (NCCL's tree keeps part
+    of the traffic on NVLink); below the band means a slow NIC, cable, switch port or a
+    socket fallback."""
+    from slurmfabric import whatif
 
-    Rule: busbw of a ring/tree all_reduce across nodes is bounded by each node's network
-    bandwidth, i.e. the sum of its active port rates / 8. NCCL gets 87.5-95 % of that on
-    healthy rail-optimised fabrics (protocol overhead), so 8 x 400 Gb/s (400 GB/s) should
-    give about 350-380 GB/s. Runs on two nodes can exceed it because part of each ring stays
-    on NVLink; below the low bound means a slow NIC, cable, switch port or a socket fallback.
-    """
-    nominal = nominal_gbytes(rates_gbps)
-    return nominal * EFFICIENCY_LOW, nominal * EFFICIENCY_HIGH
+    high = whatif.nic_bound_busbw(rates_gbps, fabric)
+    return high * (1 - whatif.BUSBW_TOLERANCE), high
 
 
 def discover_rates(sysfs_root: str | None = None) -> tuple[list[float], list[str]]:
-    """Rates (Gb/s) and names of the rails the plan chose on this node (plan/rails.py).
+    """Rates (Gb/s) and names of the rails the plan chose on this node (plan/rails.py)."""
+    rates, names, _ = discover_fabric(sysfs_root)
+    return rates, names
+
+
+def discover_fabric(sysfs_root: str | None = None,
+                    topo: object = None) -> tuple[list[float], list[str], str]:
+    """The rails' rates and names and the fabric they make ("ib" or "roce").
 
     Only rails carry NCCL's inter-node traffic: storage and frontend NICs, Down ports and
     VFs are left out, so a node with 8 rails and 2 storage NICs expects 8 ports' bandwidth.
-    """
+    ``topo``: a Topology already loaded (a 'topo snapshot' of a compute node)."""
     from slurmfabric.plan.rails import choose_rails
-    from slurmfabric.topology import discover
 
-    choice = choose_rails(discover(sysfs_root, plan_only=True), None)
+    if topo is None:
+        from slurmfabric.topology import discover
+
+        topo = discover(sysfs_root, plan_only=True)
+    choice = choose_rails(topo, None)  # type: ignore[arg-type]
     rails = [port for port in choice.rails if port.rate_gbps]
-    return [float(port.rate_gbps) for port in rails], [port.name for port in rails]
+    fabric = "roce" if rails and all(p.link_layer == "Ethernet" for p in rails) else "ib"
+    return [float(port.rate_gbps) for port in rails], [port.name for port in rails], fabric
 
 
 @dataclass
@@ -308,7 +316,7 @@ class Verdict:
 
 
 def judge(run: TestRun, rates_gbps: list[float] | None = None,
-          expected_min: float | None = None) -> Verdict:
+          expected_min: float | None = None, fabric: str = "ib") -> Verdict:
     """Data errors always fail; bandwidth fails only against an expectation."""
     findings = []
     ok = True
@@ -326,7 +334,7 @@ def judge(run: TestRun, rates_gbps: list[float] | None = None,
         ok = False
         findings.append("no result rows: the test did not run to completion")
     busbw = run.large_message_busbw()
-    expected = expected_busbw(rates_gbps) if rates_gbps else None
+    expected = expected_busbw(rates_gbps, fabric) if rates_gbps else None
     low = expected_min if expected_min is not None else (expected[0] if expected else None)
     row = run.large_message_row()
     if row is not None and row.size < PEAK_MIN_BYTES:

@@ -10,7 +10,7 @@ from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 from slurmfabric.nccltests import (
     TestRun,
-    discover_rates,
+    discover_fabric,
     expected_busbw,
     judge,
     nominal_gbytes,
@@ -27,9 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     parse_p = sub.add_parser(
         "parse",
         help="parse an output file; flag #wrong > 0 always, low bandwidth against an expectation",
-        description="Parse nccl-tests output. Expected bus bandwidth: sum of the node's NIC "
-        "port rates / 8 GB/s x 0.875-0.95 (8 x 400 Gb/s -> 350-380 GB/s). Exit 1 on data "
-        "errors or bandwidth below the expectation.",
+        description="Parse nccl-tests output. Expected bus bandwidth (the whatif model): the "
+        "rail count x one rail's effective rate, 0.96 of its line rate on InfiniBand, less "
+        "10 %% (8 x 400 Gb/s -> 346-384 GB/s); with --discover the node's rails and fabric "
+        "(InfiniBand or RoCE). Exit 1 on data errors or bandwidth below the expectation.",
     )
     parse_p.add_argument("file", help="nccl-tests output ('-' for stdin)")
     parse_p.add_argument("--json", action="store_true")
@@ -62,7 +63,7 @@ def _rates(args: argparse.Namespace) -> list[float] | None:
     if args.ports:
         return [args.port_rate] * args.ports
     if args.discover:
-        rates, names = discover_rates(args.sysfs_root)
+        rates, names, args.fabric = discover_fabric(args.sysfs_root)
         if not rates:
             raise UsageError(
                 "no rail NIC found on this node (slurmfabric topo --explain says why)",
@@ -73,12 +74,13 @@ def _rates(args: argparse.Namespace) -> list[float] | None:
     return None
 
 
-def _render(runs: list[TestRun], verdicts, rates) -> str:
+def _render(runs: list[TestRun], verdicts, rates, fabric: str = "ib") -> str:
     lines = []
     if rates:
-        low, high = expected_busbw(rates)
+        low, high = expected_busbw(rates, fabric)
+        kind = "" if fabric == "ib" else f" {fabric.upper()}"
         lines.append(
-            f"fabric: {len(rates)} ports, {nominal_gbytes(rates):.0f} GB/s line rate -> "
+            f"fabric: {len(rates)}{kind} ports, {nominal_gbytes(rates):.0f} GB/s line rate -> "
             f"expected busbw {low:.0f}-{high:.0f} GB/s on large messages"
         )
     for run, verdict in zip(runs, verdicts):
@@ -102,6 +104,7 @@ def _render(runs: list[TestRun], verdicts, rates) -> str:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    args.fabric = "ib"
     rates = _rates(args)
     from slurmfabric.inputfile import read_log_lines
 
@@ -112,7 +115,7 @@ def main(argv: list[str]) -> int:
             f"{args.file}: no nccl-tests output found",
             hint="pass the stdout of all_reduce_perf (or another *_perf binary)",
         )
-    verdicts = [judge(run, rates, args.expect_busbw) for run in runs]
+    verdicts = [judge(run, rates, args.expect_busbw, args.fabric) for run in runs]
     if args.json:
         print(json.dumps(
             {"runs": [dict(run.as_dict(), verdict=v.as_dict()) for run, v in zip(runs, verdicts)],
@@ -120,5 +123,5 @@ def main(argv: list[str]) -> int:
             indent=2,
         ))
     else:
-        print(_render(runs, verdicts, rates))
+        print(_render(runs, verdicts, rates, args.fabric))
     return 0 if all(v.ok for v in verdicts) else 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 from slurmfabric.commands._args import number
@@ -126,18 +127,47 @@ def _judge_options(p: argparse.ArgumentParser, default: str) -> None:
                    "median, 0.93 of the best)")
     p.add_argument("--expected", type=number(0, 100000, low_open=True), metavar="GBPS",
                    help="judge against this bus bandwidth instead (GB/s)")
+    p.add_argument("--expected-from", metavar="topo|FILE", help="judge against what the "
+                   "nodes' rails should carry (the whatif model): 'topo' for this node's, or "
+                   "a compute node's 'slurmfabric topo snapshot' JSON")
 
 
 def _judge(args: argparse.Namespace, saved: dict | None = None) -> dict:
     """The options given now, else the sweep's (plan.json), else the defaults."""
     saved = saved or {}
     reference = args.reference or saved.get("reference") or "median"
+    if getattr(args, "expected_from", None):
+        if args.expected is not None:
+            raise UsageError("give --expected or --expected-from, not both")
+        args.expected = _expected_from(args.expected_from)
     expected = args.expected if args.expected is not None else saved.get("expected")
     threshold = args.threshold if args.threshold is not None else saved.get("threshold")
     if threshold is None:
         threshold = 0.93 if reference == "best" and expected is None else 0.8
     return {"reference": reference, "threshold": float(threshold),
             "expected": None if expected is None else float(expected)}
+
+
+def _expected_from(spec: str) -> float:
+    """The pair bandwidth the rails should give, from the whatif model (slurmfabric/whatif.py)
+    for this node's rails ('topo') or a compute node's topology snapshot."""
+    from slurmfabric import whatif
+    from slurmfabric.nccltests import discover_fabric
+
+    topo = None
+    if spec != "topo":
+        from slurmfabric.topology import snapshot
+
+        topo = snapshot.load(spec)
+    rates, names, fabric = discover_fabric(None, topo)
+    if not rates:
+        raise UsageError(f"--expected-from {spec}: no rail NIC found (slurmfabric topo "
+                         "--explain says why)", hint="give --expected GBPS instead")
+    expected = whatif.nic_bound_busbw(rates, fabric)
+    print(f"expected {expected:.1f} GB/s: {len(rates)} {fabric} rails of {max(rates):g} Gb/s "
+          f"({', '.join(names[:4])}{' ...' if len(names) > 4 else ''}), the whatif model",
+          file=sys.stderr)
+    return expected
 
 
 def _nodes(expr: str) -> list[str]:

@@ -99,7 +99,7 @@ def test_several_runs_in_one_output():
 
 def test_expected_rule_matches_8x400():
     low, high = expected_busbw([400.0] * 8)
-    assert (low, high) == (350.0, 380.0)
+    assert (round(low, 1), high) == (345.6, 384.0)  # 8 x 48 GB/s, less 10 %
 
 
 def test_judge_low_bandwidth_and_small_messages():
@@ -122,7 +122,7 @@ def test_parse_rate_and_discover_counts_only_the_rails(tmp_path, capsys):
     code = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-2node-h100.txt"), "--discover",
                      "--sysfs-root", str(root)])
     out = capsys.readouterr()
-    assert code == 0 and "fabric: 8 ports, 400 GB/s line rate -> expected busbw 350-380" \
+    assert code == 0 and "fabric: 8 ports, 400 GB/s line rate -> expected busbw 346-384" \
         in out.out and "rails: mlx5_0:1," in out.err
 
 
@@ -131,7 +131,7 @@ def test_cli_parse_json_and_exit_codes(capsys):
                    "--ports", "16", "--port-rate", "200", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert ok == 0 and data["ok"] and data["runs"][0]["large_message_busbw"] == 464.79
-    assert data["runs"][0]["verdict"]["expected"] == [350.0, 380.0]
+    assert [round(v, 1) for v in data["runs"][0]["verdict"]["expected"]] == [345.6, 384.0]
     bad = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-wrong-failed.txt")])
     assert bad == 1 and "DATA ERRORS" in capsys.readouterr().out
     low = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-2node-h100.txt"),
@@ -164,3 +164,20 @@ def test_a_garbled_row_is_not_a_measurement():
     row_line = [line for line in old_text.splitlines() if line.strip().startswith(str(old.size))][0]
     corrupt = parse(old_text.replace(row_line, row_line.replace("1e-06", "-nan", 1)))[0].rows[0]
     assert corrupt.size == old.size and corrupt.out_of_place.error != corrupt.out_of_place.error
+
+
+def test_discover_on_a_roce_node_expects_roce_rates(tmp_path, capsys):
+    """The whatif model gives the expectation for the node's fabric: two 200G RoCE rails
+    (tests/roce_nodes.py) carry 2 x 24 GB/s x the RoCE factor."""
+    import roce_nodes
+
+    from slurmfabric import whatif
+
+    root = roce_nodes.build(tmp_path / "roce")
+    code = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-2node-h100.txt"), "--discover",
+                     "--sysfs-root", str(root)])
+    out = capsys.readouterr().out
+    high = 2 * 200 / 8 * whatif.IB_EFFICIENCY * whatif.ROCE_FACTOR
+    assert code == 0 and out.splitlines()[0] == (
+        f"fabric: 2 ROCE ports, 50 GB/s line rate -> expected busbw {0.9 * high:.0f}-"
+        f"{high:.0f} GB/s on large messages")

@@ -96,6 +96,12 @@ ELSEWHERE: dict[str, str] = {
     " --prom /var/lib/node_exporter/roce.prom":
         "tests/cluster/test_roce_cluster.py::test_the_audit_names_the_misconfigured_node_and_"
         "the_dropping_port",
+    "slurmfabric whatif --model llama3-70b --nodes 16 --gpus-per-node 8 --fabric ib"
+    " --port-rate 400 --halve-cable gpu007 --overlap 0 --sweep --svg whatif.svg":
+        "tests/unit/test_whatif.py::test_the_command_prints_the_table_the_faults_and_an_svg",
+    "slurmfabric whatif --params 1e9 --nodes 4 --gpus-per-node 1 --fabric tcp"
+    " --frontend-rate 10 --sweep":
+        "tests/unit/test_whatif.py::test_the_testbed_shape_sweeps_over_tcp",
     "slurmfabric roce facts":
         "tests/unit/test_roce.py::test_a_lossless_node_matches_the_profile",
     "slurmfabric site install /etc/slurm/slurmfabric --config /etc/slurmfabric/site.toml":
@@ -234,7 +240,7 @@ def _allreduce(work: Path) -> None:
 
 def _check_busbw(proc: subprocess.CompletedProcess[str], work: Path) -> None:
     first = proc.stdout.splitlines()[0]
-    assert first == "fabric: 8 ports, 400 GB/s line rate -> expected busbw 350-380 GB/s on " \
+    assert first == "fabric: 8 ports, 400 GB/s line rate -> expected busbw 346-384 GB/s on " \
         "large messages"
     assert "  result: OK" in proc.stdout.splitlines()
 

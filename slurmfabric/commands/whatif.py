@@ -1,0 +1,176 @@
+"""``slurmfabric whatif``: the step time of a training job against the fabric, a fault's
+cost and the command that finds it. The model is slurmfabric/whatif.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+
+from slurmfabric import whatif
+from slurmfabric.commands._args import number
+from slurmfabric.errors import UsageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slurmfabric whatif",
+        description="Step time of a data-parallel or sharded training job on 1-N nodes over "
+        "InfiniBand, RoCE or TCP, and what one halved cable, one slow GPU or GPUDirect RDMA "
+        "off costs (the constants and their sources: slurmfabric/whatif.py).")
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--params", type=number(1e6, 1e13), help="parameters, e.g. 70e9")
+    size.add_argument("--model", choices=sorted(whatif.MODELS),
+                      help="a known model (parameters and shape, for attention FLOPs)")
+    p.add_argument("--nodes", type=number(1, 100000, integer=True), default=16)
+    p.add_argument("--gpus-per-node", type=number(1, 64, integer=True), default=8)
+    p.add_argument("--gpu", choices=sorted(whatif.PEAK_FLOPS), default="h100")
+    p.add_argument("--fabric", choices=whatif.FABRICS, default="ib")
+    p.add_argument("--port-rate", type=number(1, 10000), default=400.0,
+                   help="Gb/s per NIC (default 400)")
+    p.add_argument("--nics", type=number(1, 64, integer=True), help="NICs per node "
+                   "(default: one per GPU)")
+    p.add_argument("--frontend-rate", type=number(1, 10000), default=100.0,
+                   help="Gb/s of the NIC TCP runs over (default 100)")
+    p.add_argument("--mfu", type=number(0.01, 1.0), default=0.4,
+                   help="achieved share of the GPU's dense BF16 peak (default 0.4)")
+    p.add_argument("--tokens-per-gpu", type=number(1, 1e9, integer=True), default=8192,
+                   help="tokens per GPU per step (default 8192)")
+    p.add_argument("--seq", type=number(1, 1e7, integer=True), default=8192)
+    p.add_argument("--data-parallel", action="store_true",
+                   help="all-reduce the gradients (default: sharded, FSDP/ZeRO-3)")
+    p.add_argument("--overlap", type=number(0, 1), default=0.5,
+                   help="share of the compute time communication can hide behind (0.5)")
+    p.add_argument("--halve-cable", metavar="NODE", help="one NIC of NODE at half its rate")
+    p.add_argument("--slow-gpu", metavar="NODE:GPU:FRACTION",
+                   help="one GPU at a fraction of its clocks, e.g. gpu007:3:0.5")
+    p.add_argument("--no-gdr", action="store_true", help="GPUDirect RDMA off")
+    p.add_argument("--sweep", action="store_true",
+                   help="a table over node counts (1, 2, 4 ... --nodes) and fabrics")
+    p.add_argument("--svg", metavar="FILE", help="with --sweep: write the step-time plot")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def _slow_gpu(text: str | None) -> tuple[str, int, float] | None:
+    if not text:
+        return None
+    parts = text.split(":")
+    try:
+        node, gpu, fraction = parts[0], int(parts[1]), float(parts[2])
+    except (IndexError, ValueError):
+        raise UsageError(f"--slow-gpu {text!r} is not NODE:GPU:FRACTION",
+                         hint="e.g. --slow-gpu gpu007:3:0.5") from None
+    if len(parts) != 3 or not node or not 0 < fraction <= 1 or not 0 <= gpu < 1024:
+        raise UsageError(f"--slow-gpu {text!r}: FRACTION must be in (0, 1] and GPU a "
+                         "device number", hint="e.g. --slow-gpu gpu007:3:0.5")
+    return node, gpu, fraction
+
+
+def job_from(args: argparse.Namespace) -> whatif.Job:
+    shape = whatif.MODELS.get(args.model or "", {})
+    return whatif.Job(
+        params=shape.get("params") or args.params, layers=shape.get("layers"),
+        hidden=shape.get("hidden"), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        fabric=args.fabric, port_rate=args.port_rate, nics=args.nics,
+        frontend_rate=args.frontend_rate, gpu=args.gpu, mfu=args.mfu,
+        tokens_per_gpu=args.tokens_per_gpu, seq=args.seq, sharded=not args.data_parallel,
+        overlap=args.overlap,
+        slow_link=(args.halve_cable, 0.5) if args.halve_cable else None,
+        slow_gpu=_slow_gpu(args.slow_gpu), gdr=not args.no_gdr)
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'fabric':>6} {'nodes':>6} {'step s':>9} {'busbw GB/s':>11} {'efficiency':>11} "
+             f"{'tokens/s':>12}"]
+    for row in rows:
+        lines.append(f"{row['fabric']:>6} {row['nodes']:>6} {row['step_s']:>9.2f} "
+                     f"{row['busbw']:>11.1f} {100 * row['efficiency']:>10.1f}% "
+                     f"{row['tokens_per_s']:>12.0f}")
+    return "\n".join(lines)
+
+
+def svg(rows: list[dict], title: str) -> str:
+    """Step time against node count, one line per fabric (log2 x axis)."""
+    from xml.sax.saxutils import escape
+
+    width, height, left, top, plot_w, plot_h = 640, 360, 60, 40, 540, 260
+    counts = sorted({r["nodes"] for r in rows})
+    top_s = max(r["step_s"] for r in rows) * 1.1
+
+    def x(n: int) -> float:
+        span = max(len(counts) - 1, 1)
+        return left + plot_w * counts.index(n) / span
+
+    def y(s: float) -> float:
+        return top + plot_h * (1 - s / top_s)
+
+    colours = {"ib": "#1f77b4", "roce": "#2ca02c", "tcp": "#d62728"}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
+             f'<rect width="{width}" height="{height}" fill="white"/>',
+             f'<text x="{left}" y="20" font-size="14">{escape(title)}</text>',
+             f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" '
+             f'y2="{top + plot_h}" stroke="black"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>']
+    for n in counts:
+        parts.append(f'<text x="{x(n):.1f}" y="{top + plot_h + 16}" font-size="11" '
+                     f'text-anchor="middle">{n}</text>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 16}" font-size="12" '
+                 'text-anchor="middle">nodes</text>')
+    parts.append(f'<text x="12" y="{top - 10}" font-size="12">step s (max {top_s:.1f})'
+                 '</text>')
+    for k, fabric in enumerate(sorted({r["fabric"] for r in rows})):
+        points = [(x(r["nodes"]), y(r["step_s"])) for r in rows if r["fabric"] == fabric]
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+        colour = colours.get(fabric, "black")
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+                     f'points="{path}"/>')
+        parts.append(f'<text x="{left + plot_w - 60}" y="{top + 16 * (k + 1)}" '
+                     f'font-size="12" fill="{colour}">{escape(fabric)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    job = job_from(args)
+    if args.halve_cable and job.nodes == 1:
+        raise UsageError("--halve-cable needs --nodes 2 or more: one node has no cable "
+                         "between nodes")
+    result = whatif.step(job)
+    faults = whatif.faults(job)
+    rows = whatif.sweep(whatif.healthy(job), whatif.powers(job.nodes)) if args.sweep else []
+    if args.sweep and (job.slow_link or job.slow_gpu or not job.gdr):
+        rows += [dict(r, fabric=f"{r['fabric']}+fault") for r in whatif.sweep(
+            job, [n for n in whatif.powers(job.nodes) if n > 1], (job.fabric,))]
+    if args.svg:
+        if not rows:
+            raise UsageError("--svg draws the --sweep table; add --sweep")
+        from slurmfabric.site.install import write_atomic
+
+        write_atomic(args.svg, svg(rows, f"whatif: {job.params:.3g} parameters, "
+                                         f"{job.gpus_per_node} {job.gpu} per node"), 0o644)
+    if args.json:
+        print(json.dumps({"job": {k: v for k, v in vars(job).items()},
+                          "step": result.to_dict(), "efficiency": whatif.efficiency(job),
+                          "faults": faults, "sweep": rows}, indent=2))
+        return 0
+    print(whatif.step_line(job))
+    for fault in faults:
+        healthy = whatif.step(whatif.healthy(job))
+        print(f"fault: {fault['fault']}: step {fault['step_s']:.2f} s (healthy "
+              f"{healthy.seconds:.2f} s), {100 * fault['lost']:.1f} % of the throughput lost; "
+              f"collectives {fault['healthy_comm_s']:.2f} -> {fault['comm_s']:.2f} s (busbw "
+              f"{fault['healthy_busbw']:.0f} -> {fault['busbw']:.0f} GB/s)"
+              + ("" if fault["lost"] > 0.001 else ": hidden behind the compute (--overlap)"))
+        for command, line in fault["find"]:
+            print(f"  find it: {command}")
+            print(f"    prints: {line}")
+    if rows:
+        print(table(rows))
+    if job.fabric != "tcp" and job.nodes > 1:
+        tcp = whatif.step(replace(whatif.healthy(job), fabric="tcp"))
+        print(f"the same job over TCP: step {tcp.seconds:.2f} s "
+              f"({100 * whatif.efficiency(replace(whatif.healthy(job), fabric='tcp')):.1f} % "
+              "scaling efficiency)")
+    return 0

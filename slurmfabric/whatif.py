@@ -1,0 +1,289 @@
+"""What the network costs a training step: a small analytical model, and the fault it hides.
+
+Step time = compute + the communication the backward pass does not hide. Standard library
+only; every constant below carries its source (tests/fixtures/whatif/REFERENCES.md holds
+the quotes and URLs, and tests/unit/test_whatif.py holds the model to them).
+
+Compute per GPU: FLOPs per token x tokens per GPU / achieved FLOP/s. FLOPs per token is
+6N (Kaplan et al. 2020, "Scaling Laws for Neural Language Models": forward 2N, backward 4N)
+plus attention's 12 L H S (Chowdhery et al. 2022, PaLM, appendix B) when the shape is known.
+
+Communication: NCCL's bus bandwidth definitions (nccl-tests doc/PERFORMANCE.md): a
+collective of S bytes over n ranks takes S x f / busbw, with f = 2(n-1)/n for all_reduce
+and (n-1)/n for all_gather and reduce_scatter. Data parallel all-reduces the gradients;
+sharded (FSDP/ZeRO-3) all-gathers the parameters twice (forward, backward) and
+reduce-scatters the gradients. The bus bandwidth:
+
+- one node: NVLink, measured ``all_reduce`` busbw (``NVLINK_BUSBW``);
+- several nodes, ring: NCCL runs one ring per NIC, each crossing every node once, so the
+  busbw is the node's NIC count x the per-NIC effective rate, capped by NVLink's ring
+  figure: H100 + 8 x 400G NDR gives min(370, 8 x 48) = 370 GB/s (NVIDIA: "up to ~396GB/s
+  with the RING protocol"); A100 + 8 x 200G HDR gives 8 x 24 = 192 GB/s (NVIDIA: 192);
+- the ring goes as fast as its slowest hop, and NCCL splits the data evenly over its rings,
+  so one NIC at half rate halves every node's share: busbw = NICs x the slowest NIC's rate;
+  three 400G links and one 200G link make a 200G ring;
+- RoCE: the IB figure x ``ROCE_FACTOR``; TCP (NCCL_NET=Socket over the front-end NIC): its
+  line rate x ``TCP_EFFICIENCY`` (4-6 GB/s on 100 GbE, NVIDIA/nccl#450);
+- GPUDirect RDMA off: each NIC's traffic bounces through host memory over the PCIe
+  switch's uplink that two GPUs and two NICs share on HGX boards (``gdr_off_rate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# Measured all_reduce bus bandwidth inside one 8-GPU node, GB/s (REFERENCES.md T4-T6):
+# H100/H200 ring 368-370 (NVIDIA, nccl-tests#212: "effective NVLink bandwidth of 370GB/s"),
+# with NVLink SHARP ~480 ("peak busBw of ~480GB/s"); A100 ~230 (nccl-tests#149).
+# B200 (NVLink 5) ring 698, NVLS 844 (Together's B200 scaling report, 2026-05-12).
+NVLINK_BUSBW = {"h100": {"ring": 370.0, "nvls": 480.0}, "h200": {"ring": 370.0, "nvls": 480.0},
+                "a100": {"ring": 230.0, "nvls": 230.0}, "b200": {"ring": 698.0, "nvls": 844.0}}
+# Dense BF16 peak per GPU, FLOP/s (NVIDIA H100 / A100 datasheets: 989.4 and 312 TFLOP/s).
+PEAK_FLOPS = {"h100": 989.4e12, "h200": 989.4e12, "a100": 312e12}
+# NCCL's effective bandwidth per NIC over InfiniBand: 46-49 GB/s on 400 Gb/s ConnectX-7,
+# 24 on 200G HDR, 12 on 100G (NVIDIA, nccl-tests#290/#319, nccl-tests#119, nccl#412):
+# 0.96 of the line rate.
+IB_EFFICIENCY = 0.96
+# A tuned lossless RoCE fabric against InfiniBand on the same nodes: the one measured pair
+# found (Tolly 225107, 64 H20, 8 x 400G: RoCE 231.8 vs IB 230.7 GB/s) says equal; the
+# often-quoted 92-96 % has no public measurement behind it we could find. 0.95 sits between.
+ROCE_FACTOR = 0.95
+# NCCL over TCP sockets: 4-6 GB/s busbw on 100 GbE (NVIDIA/nccl#450): 0.4 of line rate.
+TCP_EFFICIENCY = 0.4
+# Without GPUDirect RDMA the NIC reads from host memory: both GPUs behind a PCIe switch
+# push their share up one PCIe 5.0 x16 uplink (63 GB/s raw per direction, PCI-SIG; ~52
+# usable at NCCL's ~83 % PCIe efficiency, an assumption): ~26 GB/s per NIC on HGX H100.
+PCIE_UPLINK_GBS = 52.0
+GPUS_PER_SWITCH = 2
+# Attention FLOPs need the shape; known models (Llama 3 paper; GPT-3 paper).
+MODELS = {
+    "llama3-8b": {"params": 8.03e9, "layers": 32, "hidden": 4096},
+    "llama3-70b": {"params": 70.6e9, "layers": 80, "hidden": 8192},
+    "llama3-405b": {"params": 405.8e9, "layers": 126, "hidden": 16384},
+    "gpt3-175b": {"params": 175e9, "layers": 96, "hidden": 12288},
+}
+FABRICS = ("ib", "roce", "tcp")
+
+
+@dataclass(frozen=True)
+class Job:
+    params: float
+    nodes: int = 1
+    gpus_per_node: int = 8
+    fabric: str = "ib"
+    port_rate: float = 400.0  # Gb/s per NIC
+    nics: int | None = None  # per node; default one per GPU
+    frontend_rate: float = 100.0  # Gb/s of the NIC TCP uses
+    gpu: str = "h100"
+    mfu: float = 0.4  # achieved / peak FLOP/s
+    tokens_per_gpu: int = 8192  # per step (micro-batches x sequence)
+    seq: int = 8192
+    layers: int | None = None
+    hidden: int | None = None
+    sharded: bool = True  # FSDP/ZeRO-3 (a 70B model does not fit data-parallel)
+    grad_bytes: int = 2  # bf16
+    overlap: float = 0.5  # share of the compute time communication can hide behind
+    nvls: bool = False  # NVLink SHARP (one node only: NCCL uses it within a node)
+    # faults
+    slow_link: tuple[str, float] | None = None  # (node, fraction of its rate) on one NIC
+    slow_gpu: tuple[str, int, float] | None = None  # (node, gpu, fraction of its clocks)
+    gdr: bool = True
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def nic_count(self) -> int:
+        return self.nics or self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Step:
+    seconds: float
+    compute: float
+    comm: float  # the collectives' whole time
+    exposed: float  # what the overlap does not hide
+    busbw: float  # GB/s the collectives run at
+    limit: str  # what sets the busbw
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in vars(self).items()}
+
+
+def flops_per_token(job: Job) -> float:
+    attention = 12 * job.layers * job.hidden * job.seq if job.layers and job.hidden else 0
+    return 6 * job.params + attention
+
+
+def nic_rate_gbs(job: Job, rate_gbps: float) -> float:
+    """One NIC's effective GB/s for NCCL on this fabric."""
+    if job.fabric == "tcp":
+        return rate_gbps / 8 * TCP_EFFICIENCY
+    effective = rate_gbps / 8 * IB_EFFICIENCY * (ROCE_FACTOR if job.fabric == "roce" else 1.0)
+    if not job.gdr:
+        effective = min(effective, gdr_off_rate())
+    return effective
+
+
+def gdr_off_rate() -> float:
+    return PCIE_UPLINK_GBS / GPUS_PER_SWITCH
+
+
+def busbw(job: Job) -> tuple[float, str]:
+    """(GB/s, what limits it) for the step's collectives across all ranks."""
+    nvlink = NVLINK_BUSBW.get(job.gpu, NVLINK_BUSBW["h100"])
+    if job.nodes == 1:
+        return nvlink["nvls" if job.nvls else "ring"], "NVLink (one node)"
+    if job.fabric == "tcp":
+        return nic_rate_gbs(job, job.frontend_rate), \
+            f"TCP sockets over one {job.frontend_rate:g} Gb/s NIC"
+    rate = job.port_rate * (job.slow_link[1] if job.slow_link else 1.0)
+    nics = job.nic_count * nic_rate_gbs(job, rate)
+    why = (f"{job.nic_count} NICs x the slowest ({rate:g} Gb/s"
+           + (", no GPUDirect RDMA" if not job.gdr else "") + ")")
+    if nvlink["ring"] < nics:
+        return nvlink["ring"], "NVLink ring inside each node"
+    return nics, why
+
+
+def comm_bytes(job: Job) -> float:
+    """Bus bytes per rank per step: S x NCCL's factor, summed over the collectives."""
+    n = job.ranks
+    if n == 1:
+        return 0.0
+    grads = job.params * job.grad_bytes
+    if job.sharded:  # all_gather the parameters twice, reduce_scatter the gradients
+        return (2 * job.params * 2 + grads) * (n - 1) / n
+    return grads * 2 * (n - 1) / n  # all_reduce
+
+
+def step(job: Job) -> Step:
+    peak = PEAK_FLOPS.get(job.gpu, PEAK_FLOPS["h100"]) * job.mfu
+    compute = flops_per_token(job) * job.tokens_per_gpu / peak
+    if job.slow_gpu:  # synchronous data parallel: everyone waits for the slowest GPU
+        compute /= job.slow_gpu[2]
+    bw, limit = busbw(job)
+    comm = comm_bytes(job) / (bw * 1e9) if job.ranks > 1 else 0.0
+    exposed = max(0.0, comm - job.overlap * compute)
+    return Step(compute + exposed, compute, comm, exposed, bw, limit)
+
+
+def efficiency(job: Job) -> float:
+    """Weak scaling: a healthy node's step time over this job's (the same work per GPU):
+    the share of the GPUs' throughput the network and the faults leave."""
+    return step(healthy(replace(job, nodes=1))).seconds / step(job).seconds
+
+
+def healthy(job: Job) -> Job:
+    return replace(job, slow_link=None, slow_gpu=None, gdr=True)
+
+
+def sweep(job: Job, node_counts: list[int], fabrics: tuple[str, ...] = FABRICS
+          ) -> list[dict]:
+    rows = []
+    for fabric in fabrics:
+        for nodes in node_counts:
+            here = replace(job, fabric=fabric, nodes=nodes)
+            result = step(here)
+            rows.append({"fabric": fabric, "nodes": nodes, "step_s": result.seconds,
+                         "busbw": result.busbw, "efficiency": efficiency(here),
+                         "tokens_per_s": here.tokens_per_gpu * here.ranks / result.seconds})
+    return rows
+
+
+# Published runs spread about 10 % below the NIC-bound figure (REFERENCES.md T9: 350-396
+# GB/s for 8 x 400G): the band nccl-tests parse and pairs report accept.
+BUSBW_TOLERANCE = 0.10
+
+
+def nic_bound_busbw(rates_gbps: list[float], fabric: str = "ib") -> float:
+    """What a node's rails should carry for a multi-node ring when the GPU is not known:
+    the rail count x one healthy rail's effective rate (the fastest rail: a slower one is
+    the fault to find, not the expectation)."""
+    if not rates_gbps:
+        raise ValueError("no NIC rates")
+    job = Job(params=1.0, fabric=fabric)
+    return len(rates_gbps) * nic_rate_gbs(job, max(rates_gbps))
+
+
+def expected_busbw(rates_gbps: list[float], fabric: str = "ib", nodes: int = 2,
+                   gpu: str = "h100", gdr: bool = True) -> float:
+    """The large-message all_reduce busbw a fabric should reach (what nccl-tests parse and
+    pairs report compare measurements with): the slowest rail x the rail count."""
+    if not rates_gbps:
+        raise ValueError("no NIC rates")
+    job = Job(params=1.0, nodes=nodes, gpus_per_node=len(rates_gbps), fabric=fabric,
+              port_rate=min(rates_gbps), nics=len(rates_gbps), gpu=gpu, gdr=gdr)
+    return busbw(job)[0]
+
+
+# What reveals each fault, and the line it prints (slurmfabric's own messages).
+FINDERS = {
+    "slow_link": [
+        ("slurmfabric pairs submit --nodes NODES --results DIR; slurmfabric pairs report DIR",
+         "every pair with {node} is at 50 % (...): suspect {node}'s NIC or cable"),
+        ("slurmfabric ib audit", "link-degraded ... {node} HCA-.../1 <-> ...: active width or "
+         "speed below what both ends support"),
+        ("slurmfabric roce audit --nodes NODES --results DIR (RoCE)",
+         "{node} ... (majority ...): the port that differs"),
+    ],
+    "slow_gpu": [
+        ("slurmfabric health check", "gpu.throttle: GPU{gpu} HW slowdown (or HW thermal / "
+         "power brake)"),
+    ],
+    "no_gdr": [
+        ("slurmfabric health check", "rdma.gdr: no GPUDirect RDMA: ..."),
+        ("slurmfabric nccl-log LOG", "gdr_off: ... uses NET/IB without GPUDirect RDMA (...)"),
+    ],
+    "tcp": [
+        ("slurmfabric nccl-log LOG", "socket_fallback: ... uses NET/Socket: NET/IB found no "
+         "device"),
+        ("slurmfabric topo --explain", "the plan's NCCL_NET and the rails it found"),
+    ],
+}
+
+
+def faults(job: Job) -> list[dict]:
+    """Each fault the job sets, with the step time it costs and how to find it."""
+    base_step = step(healthy(job))
+    base = base_step.seconds
+    out = []
+    for name, changed, kind in (
+            (f"one NIC of {job.slow_link[0]} at {job.slow_link[1]:g} of its rate"
+             if job.slow_link else "", replace(healthy(job), slow_link=job.slow_link),
+             "slow_link"),
+            (f"GPU {job.slow_gpu[1]} of {job.slow_gpu[0]} at {job.slow_gpu[2]:g} of its "
+             "clocks" if job.slow_gpu else "", replace(healthy(job), slow_gpu=job.slow_gpu),
+             "slow_gpu"),
+            ("GPUDirect RDMA off" if not job.gdr else "", replace(healthy(job), gdr=False),
+             "no_gdr")):
+        if not name:
+            continue
+        result = step(changed)
+        seconds = result.seconds
+        node = (job.slow_link or job.slow_gpu or ("NODE",))[0]
+        gpu = job.slow_gpu[1] if job.slow_gpu else 0
+        out.append({"fault": name, "step_s": seconds, "lost": 1 - base / seconds,
+                    "comm_s": result.comm, "healthy_comm_s": base_step.comm,
+                    "busbw": result.busbw, "healthy_busbw": base_step.busbw,
+                    "find": [(cmd, line.format(node=node, gpu=gpu))
+                             for cmd, line in FINDERS[kind]]})
+    return out
+
+
+def step_line(job: Job) -> str:
+    result = step(job)
+    return (f"{job.nodes} x {job.gpus_per_node} GPUs, {job.fabric}: step {result.seconds:.2f} s "
+            f"(compute {result.compute:.2f} s, collectives {result.comm:.2f} s, exposed "
+            f"{result.exposed:.2f} s at {result.busbw:.1f} GB/s busbw: {result.limit}); "
+            f"scaling efficiency {100 * efficiency(job):.1f} %")
+
+
+def powers(limit: int) -> list[int]:
+    out, n = [], 1
+    while n < limit:
+        out.append(n)
+        n *= 2
+    return [*out, limit]
+
