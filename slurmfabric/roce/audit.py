@@ -116,9 +116,8 @@ def analyze(samples: dict[str, list[Sample]],
             for node, value in values.items():
                 if value != common:
                     findings[node].problems.append(
-                        f"{having[node].label()}: {_show(setting, value)} (majority "
-                        f"{_show(setting, common).split(' ', 1)[1]} on {count} of "
-                        f"{len(values)} nodes)")
+                        f"{having[node].label()}: {_show(setting, value)} (majority: "
+                        f"{_show(setting, common)} on {count} of {len(values)} nodes)")
     for node, ports in first.items():
         profile = (profiles or {}).get(node)
         if profile is None:

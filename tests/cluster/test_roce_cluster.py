@@ -61,7 +61,7 @@ def test_the_audit_names_the_misconfigured_node_and_the_dropping_port(cluster: C
     data = json.loads(rep.stdout)
     assert [f["node"] for f in data["findings"]] == [bad]
     problems = data["findings"][0]["problems"]
-    assert "mlx5_1:1 (ens2np0): trust pcp (majority dscp on 3 of 4 nodes)" in problems
+    assert "mlx5_1:1 (ens2np0): trust pcp (majority: trust dscp on 3 of 4 nodes)" in problems
     assert "mlx5_1:1 (ens2np0): trust pcp (profile dscp) [profile]" in problems
     assert "mlx5_1:1 (ens2np0): PFC on priorities none (profile [3]) [profile]" in problems
     (growth,) = data["growth"]

@@ -222,8 +222,8 @@ def test_the_audit_names_the_node_that_differs_and_the_port_losing_packets(tmp_p
     report = audit.analyze(samples, {"n1": Profile(**PROFILE)})
     assert [f.node for f in report.findings] == ["n3"]
     assert report.findings[0].problems == [
-        "mlx5_1:1 (ens2np0): trust pcp (majority dscp on 3 of 4 nodes)",
-        "mlx5_1:1 (ens2np0): pfc on no priority (majority on [3] on 3 of 4 nodes)"]
+        "mlx5_1:1 (ens2np0): trust pcp (majority: trust dscp on 3 of 4 nodes)",
+        "mlx5_1:1 (ens2np0): pfc on no priority (majority: pfc on [3] on 3 of 4 nodes)"]
     (growth,) = report.growth
     assert (growth.node, growth.port, growth.loss_per_s) == ("n2", "mlx5_0:1 (ens1np0)", 50.0)
     assert growth.line() == "n2 mlx5_0:1 (ens1np0): rx_discards_phy +50/s, tx_prio3_pause +10/s"
