@@ -235,6 +235,12 @@ def resolve(
     if mpi_vars is not None and mode in ("auto", "mpi"):
         return _mpi(env, mpi_vars, policy, port_range, previous if same_job else {},
                     node_addr, iface_addr)
+    if not env.get("SLURM_JOB_ID") and not env.get("SLURM_JOBID") and mode == "auto":
+        from slurmfabric import k8senv  # only where there is no Slurm job: Slurm wins
+
+        pod = k8senv.resolve(env, policy, port_range)
+        if pod is not None:
+            return RankEnv(**pod)
     job_id = _need(env, "SLURM_JOB_ID", "SLURM_JOBID")
     step_id = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
     if step_id and step_id.isdigit() and int(step_id) >= _SPECIAL_STEP_MIN:
@@ -411,7 +417,7 @@ def _mpi(
     here = env.get("SLURMD_NODENAME", "")
     try:
         master_host = previous.get("MASTER_HOST") or (
-            hostlist.first(nodelist) if nodelist else _need(env, "MASTER_ADDR")
+            hostlist.first(nodelist) if nodelist else _mpi_master(env)
         )
         node_rank = hostlist.index(nodelist, here) if nodelist and here else None
     except hostlist.HostlistError as error:
@@ -447,6 +453,22 @@ def _mpi(
         port_range=port_range,
         notes=(f"MPI rank: ranks from {family[0]} and its family",),
     )
+
+
+def _mpi_master(env: Mapping[str, str]) -> str:
+    """Outside Slurm: MASTER_ADDR, else the MPI Operator's hostfile's first host."""
+    if env.get("MASTER_ADDR"):
+        return env["MASTER_ADDR"]
+    from slurmfabric import k8senv
+
+    found = k8senv.mpi_master(env)
+    if found:
+        return found
+    raise RankEnvError(
+        "an MPI rank outside Slurm with no MASTER_ADDR and no readable hostfile "
+        "(OMPI_MCA_orte_default_hostfile, I_MPI_HYDRA_HOST_FILE, HYDRA_HOST_FILE)",
+        "pass it from the launcher: mpirun -x MASTER_ADDR=$(head -1 /etc/mpi/hostfile | "
+        "cut -d' ' -f1) ...")
 
 
 def _counts(name: str, spec: str) -> list[int]:
