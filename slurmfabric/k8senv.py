@@ -160,3 +160,40 @@ def mpi_master(env: Mapping[str, str]) -> str | None:
         except OSError:
             return None
     return None
+
+
+CAP_IPC_LOCK = 14  # linux/capability.h
+
+
+def locked_memory_problem(status_text: str | None = None,
+                          memlock: int | None = None) -> str | None:
+    """Why RDMA cannot register memory in this container, or None.
+
+    Verbs pin the buffers NCCL registers; a process may lock memory beyond its
+    RLIMIT_MEMLOCK only with CAP_IPC_LOCK (mlock(2)). Container runtimes give neither by
+    default (Docker's default capability set leaves IPC_LOCK out; memlock is often 64 KiB),
+    so a pod needs ``securityContext.capabilities.add: ["IPC_LOCK"]`` or an unlimited
+    memlock limit. ``status_text`` (/proc/self/status) and ``memlock`` (the soft limit,
+    -1 for unlimited) default to this process's."""
+    if status_text is None:
+        try:
+            with open("/proc/self/status") as handle:
+                status_text = handle.read(65536)
+        except OSError:
+            return None
+    if memlock is None:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+        memlock = -1 if soft == resource.RLIM_INFINITY else soft
+    caps = next((line.split(":", 1)[1].strip() for line in status_text.splitlines()
+                 if line.startswith("CapEff:")), "")
+    try:
+        has_lock = bool(int(caps, 16) >> CAP_IPC_LOCK & 1)
+    except ValueError:
+        return None
+    if has_lock or memlock < 0:
+        return None
+    return (f"RDMA cannot pin memory here: no CAP_IPC_LOCK (CapEff {caps}) and a memlock "
+            f"limit of {memlock // 1024} KiB; add securityContext.capabilities.add: "
+            '["IPC_LOCK"] to the container (or run it with an unlimited memlock limit)')

@@ -124,6 +124,13 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
         fabric_type=fabric_type(opts, environ),
         node=environ.get("SLURMD_NODENAME") or os.uname().nodename,
     )
+    if (environ.get("KUBERNETES_SERVICE_HOST") and not environ.get("SLURM_JOB_ID")
+            and getattr(plan, "fabric", "tcp") in ("ib", "roce")):
+        from slurmfabric.k8senv import locked_memory_problem
+
+        problem = locked_memory_problem()
+        if problem:
+            plan.errors.append(problem)
     if plan.errors and opts.get("strict", True):
         from slurmfabric.errors import RankEnvError
 

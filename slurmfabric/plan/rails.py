@@ -95,7 +95,8 @@ def choose_rails(topo: Topology, family: str | None = None) -> RailChoice:
             if why is None and (bond := _bond_of(topo, port, bonds)):
                 bonded[port.name] = bond
             if why is None and not dev.has_uverbs:
-                why = "no uverbs device: verbs cannot open it (no /dev/infiniband in a container?)"
+                why = ("no uverbs device: verbs cannot open it (not in this container's "
+                       "/dev/infiniband: in a pod, the RDMA device plugin did not allocate it)")
             if why:
                 choice.excluded[port.name] = why
             else:

@@ -90,17 +90,31 @@ def _port_netdev(reader: Reader, dev_dir: str, port: int, gids: tuple[Gid, ...])
 
 
 def _has_uverbs(reader: Reader, dev_dir: str, name: str) -> bool:
-    """True when a uverbs char device exists for ``name``: without it verbs cannot open it."""
+    """True when a uverbs char device exists for ``name``: without it verbs cannot open it.
+
+    sysfs shows every device of the host, also inside a container; ``/dev/infiniband`` holds
+    only the uverbs nodes the container was given (the Kubernetes RDMA device plugin mounts
+    the allocated ones). So where ``/dev/infiniband`` exists, the device's ``uverbsN`` must
+    be in it; a tree without ``/dev`` (a sysfs snapshot) is judged by sysfs alone."""
+    entry = _uverbs_entry(reader, dev_dir, name)
+    if entry is None:
+        return False
+    if reader.exists("/dev/infiniband"):
+        return reader.exists(f"/dev/infiniband/{entry}")
+    return True
+
+
+def _uverbs_entry(reader: Reader, dev_dir: str, name: str) -> str | None:
     for entry in reader.listdir(f"{dev_dir}/device/infiniband_verbs"):
         if reader.text(f"{dev_dir}/device/infiniband_verbs/{entry}/ibdev") == name:
-            return True
+            return entry
     for entry in reader.listdir("/sys/class/infiniband_verbs"):
         if (
             entry.startswith("uverbs")
             and reader.text(f"/sys/class/infiniband_verbs/{entry}/ibdev") == name
         ):
-            return True
-    return False
+            return entry
+    return None
 
 
 def read_port(

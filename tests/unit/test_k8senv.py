@@ -110,3 +110,38 @@ def test_slurmfabric_env_in_a_pod_prints_the_rank(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "export RANK=2\n" in proc.stdout and "export LOCAL_RANK=0\n" in proc.stdout
     assert "export MASTER_ADDR=test-job-master-0\n" in proc.stdout
+
+
+def test_the_pod_uses_only_the_rdma_devices_it_was_given(tmp_path) -> None:
+    """sysfs shows the host's three HCAs; the RDMA device plugin mounted only uverbs1
+    (mlx5_1) into the pod's /dev/infiniband: that is the one rail."""
+    import fakesysfs
+    import nodes
+
+    from slurmfabric import taskenv
+
+    root = fakesysfs.build(nodes.testbed_node(sorted(__import__("os").sched_getaffinity(0)),
+                                              "InfiniBand"), tmp_path / "pod")
+    (root / "dev/infiniband").mkdir(parents=True)
+    (root / "dev/infiniband/uverbs1").write_text("")  # a char device in a real pod
+    (root / "dev/infiniband/rdma_cm").write_text("")
+    env = recorded("env_pytorchjob_v1_worker1.txt", SLURMFABRIC_SYSFS_ROOT=str(root))
+    task = taskenv.build(env)
+    assert task.variables["NCCL_IB_HCA"] == "=mlx5_1:1"
+    excluded = task.plan.rails.excluded["mlx5_0:1"]
+    assert "the RDMA device plugin did not allocate it" in excluded
+
+
+def test_a_container_without_ipc_lock_is_told_what_to_add() -> None:
+    """CapEff of Docker's default capability set (docs.docker.com, "Runtime privilege and
+    Linux capabilities": CHOWN ... AUDIT_WRITE, no IPC_LOCK) and a 64 KiB memlock limit."""
+    from slurmfabric.k8senv import locked_memory_problem
+
+    docker = "Name:\tpython\nCapEff:\t00000000a80425fb\n"
+    problem = locked_memory_problem(docker, 65536)
+    assert problem == ("RDMA cannot pin memory here: no CAP_IPC_LOCK (CapEff 00000000a80425fb) "
+                       "and a memlock limit of 64 KiB; add securityContext.capabilities.add: "
+                       '["IPC_LOCK"] to the container (or run it with an unlimited memlock '
+                       "limit)")
+    assert locked_memory_problem("CapEff:\t00000000a80465fb\n", 65536) is None  # + IPC_LOCK
+    assert locked_memory_problem(docker, -1) is None  # ulimit -l unlimited
