@@ -36,7 +36,13 @@ def _parser() -> argparse.ArgumentParser:
                    "the short hostname)")
     p.add_argument("--deep", action="store_true", help="also run the deep checks of a failed "
                    "job's epilog (PCIe speed strict, site commands)")
-    p.add_argument("--json", action="store_true", help="print the JSON report instead")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print the JSON report instead")
+    form.add_argument("--npd", action="store_true", help="Kubernetes node-problem-detector "
+                      "custom plugin: one line of at most 80 characters, exit 0 healthy, 1 "
+                      "a problem, 2 unknown (a config error)")
+    form.add_argument("--condition", action="store_true", help="a Kubernetes NodeCondition "
+                      "as JSON (type SlurmfabricHealthy), e.g. for a node label or patch")
     p = sub.add_parser("burn-in", help="the GPU stage of a burn-in: DCGM level 3 (or the "
                        "site's gpu_stress_argv), judged per GPU; never drains")
     p.add_argument("--config", help=config_help)
@@ -62,6 +68,10 @@ def _check(args: argparse.Namespace) -> int:
 
     node = args.node or hooks.node_name(os.environ)
     run = hooks.check(node, args.config, deep=args.deep)
+    if args.npd or args.condition:
+        line, condition = outputs.kubernetes_condition(run)
+        print(line if args.npd else json.dumps(condition, indent=1))
+        return 1 if run.blocking else 0
     if args.json:
         print(json.dumps(outputs.report_dict(run, exit_code=1 if run.blocking else 0),
                          indent=1, default=str))

@@ -187,3 +187,28 @@ def table(results: list[CheckResult]) -> str:
     rows += [(r.check, r.status.upper(), r.reason or "-") for r in results]
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{c.ljust(width)}  {s.ljust(6)}  {why}" for c, s, why in rows)
+
+
+NPD_MAX_OUTPUT = 80  # node-problem-detector custom plugins: maxOutputLength's default
+
+
+def kubernetes_condition(run: Any) -> tuple[str, dict]:
+    """(the line a node-problem-detector custom plugin prints, a NodeCondition dict).
+
+    NPD's script interface (kubernetes/node-problem-detector custom plugin monitor): exit
+    0 no problem, 1 a problem, anything else unknown, and a message on stdout cut at
+    maxOutputLength (80 by default); the condition's reason is CamelCase, as Kubernetes
+    condition reasons are (API conventions)."""
+    blocking = list(run.blocking)
+    if blocking:
+        first = blocking[0]
+        reason = "".join(part.capitalize() for part in
+                         first.check.replace(".", "_").split("_"))
+        message = f"{first.check}: {first.reason}" + (
+            f" (+{len(blocking) - 1} more)" if len(blocking) > 1 else "")
+    else:
+        reason, message = "ChecksPassed", f"{len(run.results)} checks passed"
+    line = message if len(message) <= NPD_MAX_OUTPUT else message[:NPD_MAX_OUTPUT - 3] + "..."
+    condition = {"type": "SlurmfabricHealthy", "status": "False" if blocking else "True",
+                 "reason": reason, "message": message[:1024]}
+    return line, condition

@@ -290,3 +290,25 @@ def test_the_readme_profile_is_a_valid_health_config(tmp_path) -> None:
     expect = siteconfig.load("gpu007", str(path)).expect
     assert expect["roce_profile"] == PROFILE and expect["roce_delta_max"] == {
         "out_of_sequence": 1000}
+
+
+def test_health_check_speaks_node_problem_detector_and_node_conditions(tmp_path) -> None:
+    """The misconfigured RoCE node as an NPD custom plugin would run it (one line, at most
+    80 characters, exit 1) and as a NodeCondition; a healthy node exits 0."""
+    root, paths = roce_nodes.healthy(tmp_path)
+    outputs(tmp_path / "out", "local", "ens2np0", mlnx_qos="mlnx_qos_trust_pcp_no_pfc.txt")
+    cfg = write_config(tmp_path / "health.toml", tmp_path / "state", [{
+        "match": "*", "sysfs_root": str(root), "gpus": 0, "roce_profile": PROFILE, **paths}],
+        runner={"drain": False})
+    base = [sys.executable, "-m", "slurmfabric", "health", "check", "--config", str(cfg)]
+    env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "local"}
+    npd = subprocess.run([*base, "--npd"], capture_output=True, text=True, env=env)
+    assert npd.returncode == 1 and len(npd.stdout.strip()) <= 80
+    assert npd.stdout.startswith("rdma.roce_qos: mlx5_1:1 (ens2np0): trust pcp")
+    cond = json.loads(subprocess.run([*base, "--condition"], capture_output=True, text=True,
+                                     env=env).stdout)
+    assert cond["type"] == "SlurmfabricHealthy" and cond["status"] == "False"
+    assert cond["reason"] == "RdmaRoceQos" and "PFC on priorities none" in cond["message"]
+    outputs(tmp_path / "out", "local", "ens2np0")  # fixed
+    ok = subprocess.run([*base, "--npd"], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("checks passed")
