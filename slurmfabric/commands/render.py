@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--part", choices=PARTS, default="script",
                         help="the whole script (default), or only the env block or launch line")
     parser.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    parser.add_argument("--target", choices=("sbatch", "pytorchjob", "trainjob", "jobset",
+                                             "mpijob"), default="sbatch",
+                        help="sbatch (default), or a Kubernetes manifest for the Kubeflow "
+                        "PyTorchJob / TrainJob, JobSet or MPI Operator from the same config "
+                        "(plus its [kubernetes] table)")
     return parser
 
 
@@ -118,6 +123,18 @@ def main(argv: list[str]) -> int:
     from slurmfabric import render
 
     config = config_from_args(args)
+    if args.target != "sbatch":
+        from slurmfabric import k8smanifest
+
+        if args.part != "script":
+            raise UsageError("--part is for sbatch scripts; a manifest is one document")
+        text = k8smanifest.to_yaml(k8smanifest.build(config, args.target))
+        if args.output:
+            Path(args.output).write_text(text)
+            print(f"wrote {args.output}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return 0
     sf = chosen_bin(args, config)
     if args.part == "env":
         text = render.render_env_block(config, slurmfabric_bin=sf)

@@ -545,6 +545,40 @@ def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1123 label
+_K8S_RESOURCE = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}"
+                           r"[A-Za-z0-9])?$")  # a qualified name, as resource names are
+
+
+class KubernetesSection(Section):
+    """What ``render --target pytorchjob|trainjob|jobset|mpijob`` adds for a Kubernetes
+    cluster; the rest (nodes, GPUs, command, NCCL settings) comes from the same config."""
+
+    namespace: Optional[str] = None
+    image: Optional[str] = None  # default: program.container_image
+    rdma_resource: Optional[str] = None  # e.g. "rdma/rdma_shared_device_a", "nvidia.com/hostdev"
+    rdma_per_pod: int = Field(1, ge=1, le=64)
+    networks: Optional[str] = None  # Multus: k8s.v1.cni.cncf.io/networks, e.g. "rdma-net"
+    runtime: str = "torch-distributed"  # TrainJob's runtimeRef (a ClusterTrainingRuntime)
+    health_check: bool = True  # an init container runs 'slurmfabric health check'
+    health_config: Optional[str] = None  # path of the health config inside the image
+
+    @field_validator("namespace", "runtime")
+    @classmethod
+    def _name(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _K8S_NAME.match(value):
+            raise ValueError(f"{value!r} is not a Kubernetes name (lower-case letters, "
+                             "digits and '-', at most 63)")
+        return value
+
+    @field_validator("rdma_resource")
+    @classmethod
+    def _resource(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _K8S_RESOURCE.match(value):
+            raise ValueError(f"{value!r} is not a resource name like rdma/hca_shared_devices_a")
+        return value
+
+
 class JobConfig(BaseSettings):
     """A whole job. Built by ``load_config`` from CLI sets, environment and TOML files."""
 
@@ -559,6 +593,7 @@ class JobConfig(BaseSettings):
     launcher: LauncherSection = Field(default_factory=LauncherSection)
     program: ProgramSection = Field(default_factory=ProgramSection)
     fabric: FabricSection = Field(default_factory=FabricSection)
+    kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
 
     @classmethod
     def settings_customise_sources(

@@ -102,6 +102,11 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric whatif --params 1e9 --nodes 4 --gpus-per-node 1 --fabric tcp"
     " --frontend-rate 10 --sweep":
         "tests/unit/test_whatif.py::test_the_testbed_shape_sweeps_over_tcp",
+    "slurmfabric render -c examples/h100-fsdp.toml --target pytorchjob --set"
+    " kubernetes.image=nvcr.io/nvidia/pytorch:24.07-py3 --set"
+    " kubernetes.rdma_resource=rdma/rdma_shared_device_a --set kubernetes.networks=rdma-net"
+    " --set kubernetes.namespace=ml":
+        "tests/unit/test_k8smanifest.py::test_render_target_on_the_command_line",
     "slurmfabric roce facts":
         "tests/unit/test_roce.py::test_a_lossless_node_matches_the_profile",
     "slurmfabric site install /etc/slurm/slurmfabric --config /etc/slurmfabric/site.toml":
