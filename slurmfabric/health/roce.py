@@ -44,10 +44,14 @@ def enabled(expect: dict) -> bool:
 
 
 def tools_for(expect: dict, timeout: float):
+    """The tools a hook runs. mlnx_qos (a Python program, ~0.3 s a port) and dcb only
+    where a profile asks for trust and PFC; the counters need ethtool alone."""
     from slurmfabric.roce.facts import Tools
 
-    return Tools(ethtool=expect.get("ethtool") or None, mlnx_qos=expect.get("mlnx_qos") or None,
-                 dcb=expect.get("dcb") or None, timeout=timeout)
+    profiled = bool(expect.get("roce_profile"))
+    return Tools(ethtool=expect.get("ethtool") or None,
+                 mlnx_qos=(expect.get("mlnx_qos") or None) if profiled else None,
+                 dcb=(expect.get("dcb") or None) if profiled else None, timeout=timeout)
 
 
 def collect(expect: dict, timeout: float) -> list:
