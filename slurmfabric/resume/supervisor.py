@@ -304,11 +304,25 @@ class Supervisor:
         if self.job.restarts >= self.o.max_restarts:
             return self._final(reason, f"{detail}; max_restarts = {self.o.max_restarts} used "
                                "up", rc=exit_code or 1, **fields)
-        action, successor = self._resubmit()
-        self._log("end", reason=reason, action=action, exit_code=exit_code,
-                  successor=successor, **fields)
+        if self.o.mode == "chain":  # the successor's id goes into the record
+            action, successor = self._resubmit()
+            self._log("end", reason=reason, action=action, exit_code=exit_code,
+                      successor=successor, **fields)
+            _say(f"{reason}: {detail}; {action} (restart {self.job.restarts + 1} of "
+                 f"{self.o.max_restarts})")
+            return 0
+        # A requeue makes Slurm kill this batch shell at once: the record and the message
+        # go first, or a loaded node loses them (the next start then knows no reason).
+        action = f"requeued {self.job.target}"
+        self._log("end", reason=reason, action=action, exit_code=exit_code, successor=None,
+                  **fields)
         _say(f"{reason}: {detail}; {action} (restart {self.job.restarts + 1} of "
              f"{self.o.max_restarts})")
+        try:
+            self._resubmit()
+        except SlurmCommandError as error:
+            return self._final(reason, f"{detail}; the requeue failed: {error}",
+                               rc=exit_code or 1, **fields)
         return 0
 
     def _resubmit(self) -> tuple[str, str | None]:
