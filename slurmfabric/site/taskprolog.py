@@ -92,6 +92,12 @@ def _node_key(root: str | None) -> str:
                 os.path.abspath(root or "/"))
 
 
+def _cache_path(environ: dict[str, str], name: str) -> str | None:
+    """``name``.marshal in the user's cache directory; None where there is none."""
+    directory = cache_dir(environ)
+    return os.path.join(directory, f"{name}.marshal") if directory else None
+
+
 def _load(path: str | None) -> object:
     import marshal
 
@@ -128,9 +134,7 @@ def topology(root: str | None, environ: dict[str, str]) -> object:
     snapshot.to_dict, in the user's own 0700 directory."""
     from slurmfabric.topology import snapshot
 
-    directory = cache_dir(environ)
-    path = os.path.join(directory, f"topology-{_node_key(root)}.marshal") if directory \
-        else None
+    path = _cache_path(environ, f"topology-{_node_key(root)}")
     data = _load(path)
     if isinstance(data, dict):
         try:
@@ -190,9 +194,7 @@ def plan_source(root: str | None):
                   ",".join(visible_gpus_from_env(env) or ()), str(rank_env.master_addr),
                   taskenv._raw_fabric_type(opts, env), env.get("SLURMD_NODENAME", ""),
                   *sorted(f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_"))]
-        directory = cache_dir(env)
-        path = os.path.join(directory, f"plan-{_key(*inputs)}.marshal") if directory \
-            else None
+        path = _cache_path(env, f"plan-{_key(*inputs)}")
         data = _load(path)
         if isinstance(data, dict):
             try:

@@ -325,15 +325,7 @@ def test_k_batch_screen_names_the_slow_node_from_two_rounds(cluster, tmp_path):
     nodes = cluster.nodes
     bad = nodes[3]
     results = tmp_path / "kbatch"
-    env = {"SLURMFABRIC_FAKEBW": json.dumps({bad: DEGRADED}),
-           "SLURMFABRIC_FAKEBW_SECONDS": "1"}
-    fake = f"{sys.executable} {FAKEBW} -b 256M -e 8G -f 2 -g 1"
-    sub = cluster.run(_cli("pairs", "submit", "--nodes", ",".join(nodes), "--results",
-                           str(results), "--partition", cluster.partition, "--time", "5",
-                           "--pattern", "k-batch", "--batch", "2", "--command", fake), env=env)
-    job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
-    state = cluster.wait(job_id, timeout=240)
-    assert state == "COMPLETED", "".join(p.read_text() for p in results.glob("job-*.out"))
+    _sweep(cluster, nodes, results, {bad: DEGRADED}, "--pattern", "k-batch", "--batch", "2")
     rep = cluster.run(_cli("pairs", "report", str(results), "--json"), check=False)
     assert rep.returncode == 1, rep.stderr
     data = json.loads(rep.stdout)
