@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # The full test suite on a fresh Debian machine (as root): installs what the tests need,
-# then runs ruff and pytest. The cluster tests bring the local Slurm testbed up themselves.
+# brings the local Slurm testbed to the state the cluster tests need (saying what changed),
+# then runs ruff and pytest. Nothing is written into the checkout: bytecode and caches go to
+# the temp dir, and a check at the end fails the run if a test left a file here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/slurmfabric-pycache-$(id -u)}"
 # shellcheck source=scripts/setup-env.sh
 . scripts/setup-env.sh "shellcheck openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1" "test,nvml"
 
 echo "== ruff check"
-ruff check slurmfabric tests benchmarks examples
+ruff check --no-cache slurmfabric tests benchmarks examples
+
+echo "== slurmfabric testbed up --accounting"
+# Whatever the README's demo or an earlier run left (running without accounting, stopped,
+# partly running, stray daemons), the cluster tests get 4 idle nodes with slurmdbd.
+slurmfabric testbed up --accounting --timeout 120
+
+sf_untracked() { git status --porcelain --ignored 2>/dev/null | sort || true; }
+sf_before="$(sf_untracked)"
 
 echo "== pytest"
 set +e
@@ -18,5 +29,11 @@ set -e
 if [ "$rc" = 5 ]; then
   echo "pytest collected no tests: that is a failure here" >&2
   exit 1
+fi
+sf_new="$(comm -13 <(printf '%s\n' "$sf_before") <(sf_untracked))"
+if [ -n "$sf_new" ]; then
+  echo "the test run wrote into the checkout (git status --ignored):" >&2
+  printf '%s\n' "$sf_new" >&2
+  [ "$rc" = 0 ] && rc=1
 fi
 exit "$rc"

@@ -100,6 +100,9 @@ def kill_group(proc: subprocess.Popen[bytes]) -> str | None:
     return state
 
 
+PROBE_MARK = "SLURMFABRIC_PROBE_OF"
+
+
 def run(
     cmd: list[str],
     timeout: float,
@@ -115,6 +118,9 @@ def run(
     Output is decoded as UTF-8 with replacement: tools may print anything.
     """
     start = time.monotonic()
+    # Marked as ours: a hook's probe inherits the job's SLURM_JOB_ID, and node.leftovers
+    # must not count it (or its orphaned children) as a job process left behind.
+    env = dict(os.environ if env is None else env, **{PROBE_MARK: str(os.getpid())})
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.DEVNULL,

@@ -6,18 +6,34 @@ with the reason, and a CI run that executed none of them fails at the end.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-import pytest
+# Tests never write into the checkout: bytecode of this process's later imports and of every
+# subprocess (the CLI, hooks, jobs on the testbed) goes under a temporary prefix (Python's
+# PYTHONPYCACHEPREFIX, 3.8+); scripts/test.sh sets it for pytest's own imports too.
+_PYCACHE = os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
+    tempfile.gettempdir(), f"slurmfabric-pycache-{os.getuid()}"))
+sys.pycache_prefix = _PYCACHE
+
+import pytest  # noqa: E402 - after the bytecode prefix, like everything below
+
+from slurmfabric.testbed import Testbed, default_state_dir  # noqa: E402
+
+try:  # hypothesis keeps its example database in the temp dir, not ./.hypothesis
+    from hypothesis import settings as _hypothesis_settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+except ImportError:  # the property tests then fail at their own import, loudly
+    pass
+else:
+    _hypothesis_settings.register_profile("slurmfabric", database=DirectoryBasedExampleDatabase(
+        os.path.join(tempfile.gettempdir(), f"slurmfabric-hypothesis-{os.getuid()}")))
+    _hypothesis_settings.load_profile("slurmfabric")
 
 # The test helpers (fake sysfs builder, fixture node descriptions, health fixtures) import
 # by their module names everywhere: their directories go on sys.path here, once.
-from slurmfabric.testbed import Testbed, default_state_dir
-
 _TESTS = Path(__file__).resolve().parent
 for _helpers in (_TESTS / "fixtures" / "health", _TESTS / "fixtures" / "topology", _TESTS):
     if str(_helpers) not in sys.path:
@@ -34,19 +50,15 @@ os.environ["SLURMFABRIC_JOBS_DIR"] = tempfile.mkdtemp(prefix="slurmfabric-job-re
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
-    testbed = Testbed.from_state(default_state_dir())
-    if not testbed.running():
-        _STATE["started_here"] = True
-        # Like a site: slurmdbd on MariaDB, so sacct and job history work (jobs tests).
-        testbed = Testbed(dataclasses.replace(testbed.s, accounting=True))
-    elif not testbed.s.accounting:
-        pytest.fail("the running testbed has no accounting, which the cluster tests need: "
-                    "run 'slurmfabric testbed down' and let the tests start it",
-                    pytrace=False)
+    """The testbed as the cluster tests need it, whatever this machine had: reused when it
+    runs with accounting; restarted with it when it runs without (the README's demo leaves
+    one so); restarted when partly running; daemons of a killed run stopped first; started
+    when stopped (then also stopped at the end)."""
+    found = Testbed.from_state(default_state_dir())
+    _STATE["started_here"] = not found.running()
     try:
-        if not _STATE["started_here"]:
-            testbed.resume_all()  # an earlier session may have left a node drained
-        testbed.up(timeout=90, log=lambda msg: None)
+        # Like a site: slurmdbd on MariaDB, so sacct and job history work (jobs tests).
+        testbed = found.converge(accounting=True, timeout=90, log=lambda msg: None)
     except Exception as exc:  # the reason must reach the test report, not a skip
         pytest.fail(f"the local Slurm testbed could not start: {exc}", pytrace=False)
     handle = Cluster(testbed)

@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from slurmfabric.commands._args import number
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -60,6 +62,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bin", default=None, help="absolute path of the slurmfabric executable "
                    "(default: the one running now)")
     p.add_argument("--config", help="bake this config path into the scripts")
+    p.add_argument("--log", default=None, help="hook log for the wrappers' own fail-open "
+                   "lines (default: the config's [runner] log_file)")
+    p.add_argument("--prometheus", default=None, help="textfile whose .hook.prom the wrappers "
+                   "set on a fail-open (default: the config's [runner] prometheus_file)")
+    p.add_argument("--syslog-socket", default="/dev/log",
+                   help="syslog socket for logger(1) (default /dev/log)")
+    p.add_argument("--max-seconds", type=number(5, 3600, integer=True), default=50,
+                   help="hard cap on one hook run; past it the hook fails open (default 50: "
+                   "keep it below PrologEpilogTimeout and slurmd's 60 s HealthCheckProgram "
+                   "kill)")
     return parser
 
 
@@ -138,45 +150,20 @@ def _is_here(node: str) -> bool:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from slurmfabric.errors import UsageError
+    from slurmfabric.health import hookscript, siteconfig
 
     exe = args.bin or _this_executable()
-    if not os.path.isabs(exe):
-        raise UsageError(f"--bin {exe!r} must be an absolute path",
-                         hint="hooks run with no PATH; give e.g. /opt/slurmfabric/bin/slurmfabric")
-    dest = Path(args.dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    root = Path(__file__).resolve().parents[2]
-    for kind in HOOK_SCRIPTS:
-        template = _template(root, kind)
-        text = template.replace("SLURMFABRIC_BIN=/usr/local/bin/slurmfabric",
-                                f"SLURMFABRIC_BIN={_shell_word(exe)}")
-        if args.config:
-            text = text.replace("SLURMFABRIC_HEALTH_CONFIG=/etc/slurmfabric/health.toml",
-                                f"SLURMFABRIC_HEALTH_CONFIG={_shell_word(args.config)}")
-        target = dest / f"slurmfabric-{kind}"
-        target.write_text(text)
-        target.chmod(0o755)
-        print(target)
+    hookscript.check_binary(exe)
+    runner = siteconfig.salvage_runner(args.config)  # the config's log and metrics paths
+    paths = hookscript.HookPaths(
+        bin=exe, config=args.config or hookscript.DEFAULT_CONFIG,
+        log=args.log if args.log is not None else str(runner["log_file"]),
+        prometheus=(args.prometheus if args.prometheus is not None
+                    else str(runner["prometheus_file"])),
+        syslog_socket=args.syslog_socket, max_seconds=args.max_seconds)
+    for path in hookscript.install(args.dest, paths):
+        print(path)
     return 0
-
-
-# The script directories of the source tree (and of the wheel, slurmfabric/hooks/<dir>).
-HOOK_SCRIPTS = ("prolog", "epilog", "healthcheck")
-
-
-def _template(root: Path, kind: str) -> str:
-    for candidate in (root / kind / f"slurmfabric-{kind}",  # source checkout
-                      Path(__file__).resolve().parents[1] / "hooks" / kind / f"slurmfabric-{kind}"):
-        if candidate.exists():
-            return candidate.read_text()
-    raise FileNotFoundError(f"slurmfabric-{kind} template not found next to the package")
-
-
-def _shell_word(text: str) -> str:
-    from slurmfabric.textcheck import shell_word
-
-    return shell_word(text)
 
 
 def _this_executable() -> str:

@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurmfabric.commands._args import number
-from slurmfabric.errors import UsageError
 from slurmfabric.testbed import Settings, Testbed, default_state_dir
 
 UP_OPTIONS = ("nodes", "prefix", "cpus", "ctld_port", "node_port_base", "addr_prefix",
@@ -51,14 +50,13 @@ def main(argv: list[str]) -> int:
     state_dir = args.state_dir or default_state_dir()
     if args.action == "up":
         saved = Testbed.from_state(state_dir)
-        if saved.running():  # reattach: never reconfigure a live cluster silently
-            if args.accounting and not saved.s.accounting:
-                raise UsageError("the testbed is running without accounting",
-                                 hint="run 'slurmfabric testbed down', then 'up --accounting'")
-            saved.up(timeout=args.timeout)
+        if saved.running():  # reattach; restarted only to add what was asked (accounting)
+            saved.converge(bool(args.accounting), timeout=args.timeout)
             return 0
         given = {key: getattr(args, key) for key in UP_OPTIONS if getattr(args, key) is not None}
-        Testbed(replace(saved.s, state_dir=state_dir, **given)).up(timeout=args.timeout)
+        if "ctld_port" in given:  # a second testbed's slurmdbd and MariaDB move with it
+            given.update(dbd_port=given["ctld_port"] + 2, db_port=given["ctld_port"] + 13)
+        Testbed(replace(saved.s, state_dir=state_dir, **given)).converge(timeout=args.timeout)
         return 0
     testbed = Testbed.from_state(state_dir)
     if args.action == "down":

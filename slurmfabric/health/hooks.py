@@ -2,14 +2,16 @@
 
 The same run serves slurm.conf's HealthCheckProgram (``periodic``): no job, only the checks
 whose hooks include "periodic", and the drain by itself (slurmd ignores the exit code). Exit
-codes follow Slurm's contract: non-zero from a prolog drains the node and requeues the job, so
-we set our precise reason first (Slurm then keeps it instead of "Prolog error"). Only a
-failing *check* may drain. slurmfabric's own faults fail open, decided in one place
-(``fail_open``): a site config that cannot be read or is invalid, or an internal error, exits
-0, is logged to syslog and the hook log, and sets the Prometheus gauge
-``slurmfabric_health_hook_error`` to 1 so alerting sees it; a cluster-wide config typo must
-never drain every node at the next job. ``health check`` reports the same config error with
-exit 2. A state lock that cannot be taken fails closed: never "pass silently".
+codes follow the contract in ``hookscript``: ``EXIT_NODE_BAD`` (100) only when the checks ran
+and found the node bad, after we set our precise reason (Slurm keeps it instead of "Prolog
+error"); the wrapper turns that into Slurm's non-zero, which drains the node and requeues
+the job. Only a failing *check* may drain. slurmfabric's own faults fail open, decided here
+(``fail_open``) for what Python can still see, and in the wrapper for what it cannot (a
+missing binary, a broken install, a crash): exit 0, one line to syslog and the hook log, and
+the Prometheus gauge ``slurmfabric_health_hook_error`` set to 1 so alerting sees it; a
+cluster-wide config typo must never drain every node at the next job. ``health check``
+reports the same config error with exit 2. A state lock that cannot be taken is logged as an
+error and sets the gauge; it drains only when the checks failed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 
 from slurmfabric.errors import ConfigError, HealthError
 from slurmfabric.health import drain, nvlink, outputs, roce, runner, siteconfig, state
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import Context
 from slurmfabric.health.rdma import RdmaFacts, snapshot
 
@@ -127,7 +130,7 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
             elif hook == "epilog" and job_path is not None:
                 job_path.unlink(missing_ok=True)
             if blocking:
-                exit_code = 1
+                exit_code = EXIT_NODE_BAD
                 policy = drain.DrainPolicy.from_site(cfg)
                 if policy.enabled:
                     outcome = drain.drain(node, blocking[0].check, _detail(blocking), policy)
@@ -139,14 +142,15 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
             outputs.write_report(cfg, report)
             outputs.write_prometheus(cfg, run)
             outputs.write_hook_error(cfg.runner, node, hook, 0)
-    except HealthError as exc:  # lock timeout: fail loudly, never pass silently
-        exit_code, note = 1, str(exc)
+    except HealthError as exc:  # lock timeout: loud, but only a failed check drains
+        exit_code, note = (EXIT_NODE_BAD if blocking else 0), str(exc)
+        outputs.write_hook_error(cfg.runner, node, hook, 1)
     except OSError as exc:  # unwritable state dir: still decide on the checks
         note = f"could not write state/report: {exc}"
     lines = outputs.log_lines(run, outcome, exit_code)
     if note:
         lines.append(f"slurmfabric health {hook} node={node}: {note}")
-    outputs.log(cfg, lines, "error" if note and exit_code else run.status)
+    outputs.log(cfg, lines, "error" if note else run.status)
     return exit_code
 
 

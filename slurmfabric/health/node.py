@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from slurmfabric._probe import proc_stat
+from slurmfabric._probe import PROBE_MARK, proc_stat
 from slurmfabric._sysfs import Root, read_text
 from slurmfabric.health.model import FAIL, OK, CheckResult, Metric, ProbeError
 
@@ -61,15 +61,19 @@ def collect_leftovers(job_id: str | None, ignore: list[str],
                       node: str | None = None) -> list[dict[str, object]]:
     """Processes still running for the job on this node: its id in their cgroup path
     (proctrack/cgroup) or SLURM_JOB_ID in their environment (proctrack/linuxproc, setsid
-    escapees). Slurm's own hook processes (SLURM_SCRIPT_CONTEXT set: other prologs and
-    epilogs of the job) and tasks of another node (SLURMD_NODENAME differs: several
-    virtual nodes on one host) are not leftovers."""
+    escapees). Not leftovers: this hook's whole own tree (its ancestors, its descendants,
+    and its probes even once orphaned: they carry ``PROBE_MARK`` with our pid, since they
+    inherit the job's SLURM_JOB_ID), Slurm's own hook processes (SLURM_SCRIPT_CONTEXT set:
+    other prologs and epilogs of the job, prolog_epilog.shtml) and tasks of another node
+    (SLURMD_NODENAME differs: several virtual nodes on one host)."""
     if not job_id:
         return []
     import psutil  # lazy: 40 ms, only the epilog needs it
 
-    family, found = _own_family(), []
-    for proc in psutil.process_iter(["pid", "name", "username"]):
+    procs = list(psutil.process_iter(["pid", "ppid", "name", "username"]))
+    family = _own_family() | _descendants(os.getpid(), procs)
+    me, found = str(os.getpid()), []
+    for proc in procs:
         if proc.info["pid"] in family or proc.info["name"] in ignore:
             continue
         try:
@@ -78,7 +82,7 @@ def collect_leftovers(job_id: str | None, ignore: list[str],
             environ = proc.environ()
         except (psutil.Error, OSError):
             continue
-        if environ.get("SLURM_SCRIPT_CONTEXT"):
+        if environ.get("SLURM_SCRIPT_CONTEXT") or environ.get(PROBE_MARK) == me:
             continue
         if node and environ.get("SLURMD_NODENAME", node) != node:
             continue
@@ -87,6 +91,20 @@ def collect_leftovers(job_id: str | None, ignore: list[str],
             found.append({"pid": proc.pid, "name": proc.info["name"],
                           "user": proc.info["username"]})
     return found
+
+
+def _descendants(root: int, procs: list) -> set[int]:
+    """Every process below ``root`` in one snapshot's parent links."""
+    children: dict[int, list[int]] = {}
+    for proc in procs:
+        children.setdefault(proc.info["ppid"] or 0, []).append(proc.info["pid"])
+    out, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
 
 
 def check_memory(facts: dict[str, int], expect: dict, ctx) -> CheckResult:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from slurmfabric import slurmcmd
@@ -41,6 +41,8 @@ from slurmfabric.testbed.procs import (
     resolves,
     send_signal,
     slurmd_version,
+    stop,
+    strays,
     wait_for,
     which,
 )
@@ -138,7 +140,11 @@ class Testbed:
         state_dir = state_dir or default_state_dir()
         try:
             data = json.loads((state_dir / "settings.json").read_text())
-            data["state_dir"] = Path(data["state_dir"])
+            # an older or newer layout: keep the keys this version knows, drop the rest
+            known = {f.name for f in fields(Settings)}
+            data = {k: v for k, v in data.items() if k in known} if isinstance(data, dict) \
+                else {}
+            data["state_dir"] = state_dir
             return cls(Settings(**data))
         except (OSError, ValueError, TypeError):
             return cls(Settings(state_dir=state_dir))
@@ -194,6 +200,39 @@ class Testbed:
         log(f"testbed up: {len(self.s.node_names)} idle nodes in {elapsed:.1f} s; "
             f"SLURM_CONF={self.s.conf_path}")
         return elapsed
+
+    def converge(self, accounting: bool = False, timeout: float = 90,
+                 log=print) -> Testbed:
+        """Bring whatever is here to a full running testbed (with accounting if asked),
+        saying in one line what had to change: a running one without accounting is
+        restarted with it; a partly running one (a daemon died) is restarted; daemons no
+        record knows (a killed run, an older state layout) are stopped first. A stopped
+        or healthy one is simply started or reused (``up`` says so). Returns the testbed
+        that now runs (its settings may have changed)."""
+        target = Testbed(replace(self.s, accounting=self.s.accounting or accounting))
+        alive = self.running()
+        changed = []
+        stray = strays(self.s.state_dir, set(alive.values()))
+        if stray:
+            stop([pid for pid, _ in stray])
+            changed.append("stopped " + ", ".join(f"{name} {pid}" for pid, name in stray)
+                           + " that no record knew (an earlier run)")
+        if alive and set(alive) != set(self.expected_keys()):
+            missing = sorted(set(self.expected_keys()) - set(alive))
+            self.down(log=lambda msg: None)
+            changed.append("restarted a partly running testbed (not running: "
+                           f"{', '.join(missing) or 'none of the expected'})")
+            alive = {}
+        elif alive and target.s.accounting and not self.s.accounting:
+            self.down(log=lambda msg: None)
+            changed.append("restarted with accounting (slurmdbd on MariaDB); it ran without")
+            alive = {}
+        if changed:
+            log(f"testbed: {'; '.join(changed)}")
+        if alive:
+            target.resume_all()  # an earlier session may have left a node drained
+        target.up(timeout=timeout, log=log)
+        return target
 
     def down(self, log=print, timeout: float = 15) -> list[str]:
         """Stop the recorded daemons (slurmd first, munged last). Removes no files."""

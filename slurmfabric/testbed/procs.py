@@ -79,3 +79,44 @@ def own_host_names() -> list[str]:
     """This machine's names as Slurm clients report them (full and short)."""
     full = socket.gethostname()
     return list(dict.fromkeys([full, full.split(".")[0]]))
+
+
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+
+
+def strays(state_dir: Path, known: set[int]) -> list[tuple[int, str]]:
+    """Daemons of this testbed that no PID record knows: left by a killed run, or by an
+    older state layout. A process is ours when its command line or environment names the
+    state directory (slurmd/slurmctld ``-f <state>/etc/slurm.conf``, munged's socket,
+    mariadbd's datadir, slurmdbd's SLURM_CONF); never another site's daemons."""
+    marker = str(state_dir).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in known or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            program = Path(cmdline.split(b"\0")[0].decode(errors="replace")).name
+            if program not in DAEMONS and not any(
+                    Path(arg.decode(errors="replace")).name in DAEMONS
+                    for arg in cmdline.split(b"\0")[:4]):
+                continue
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline or marker in environ:
+            found.append((int(entry), program))
+    return found
+
+
+def stop(pids: list[int], timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL whatever is still alive after ``timeout``."""
+    import signal
+
+    for pid in pids:
+        send_signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        send_signal(pid, signal.SIGKILL)

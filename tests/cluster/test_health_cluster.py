@@ -9,6 +9,7 @@ resumed; ``health resume`` returns the fixed node to service.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -23,9 +24,18 @@ ADMIN_REASON = "admin: cable swap, ticket 99"
 
 
 def _slurmfabric() -> str:
+    """The venv's slurmfabric behind a shim that keeps the bytecode prefix: slurmd runs
+    hooks with an environment of its own (prolog_epilog.shtml), and an editable install
+    would otherwise write __pycache__ into the checkout."""
     exe = Path(sys.executable).parent / "slurmfabric"
     assert exe.exists(), f"{exe} missing: install the package (pip install -e .)"
-    return str(exe)
+    shim = Path(os.environ["PYTHONPYCACHEPREFIX"]) / "bin" / "slurmfabric"
+    if not shim.exists():
+        shim.parent.mkdir(parents=True, exist_ok=True)
+        shim.write_text(f"#!/bin/sh\nPYTHONPYCACHEPREFIX={os.environ['PYTHONPYCACHEPREFIX']}\n"
+                        f'export PYTHONPYCACHEPREFIX\nexec {exe} "$@"\n')
+        shim.chmod(0o755)
+    return str(shim)
 
 
 def _wait(predicate, timeout: float, what: str, step: float = 0.5):
@@ -278,3 +288,53 @@ def test_health_periodic_drains_a_node_through_healthcheckprogram(cluster: Clust
         if name != faulty:
             state, why = cluster.node_state(name)
             assert "DRAIN" not in state and not why, (name, state, why)
+
+
+def _broken_binary(tmp_path: Path, kind: str) -> str:
+    """What a cluster-wide install can point at: nothing, or a slurmfabric whose package is
+    gone (this interpreter with -IS sees no site-packages: the import fails, exit 1)."""
+    if kind == "missing":
+        return str(tmp_path / "nonexistent" / "bin" / "slurmfabric")
+    path = tmp_path / "broken-venv" / "bin" / "slurmfabric"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"#!{sys.executable} -IS\nfrom slurmfabric.cli import main\nmain()\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("missing", "is missing or not executable"),
+    ("import-crash", "ModuleNotFoundError: No module named 'slurmfabric'"),
+])
+def test_a_broken_slurmfabric_never_drains_the_cluster(cluster: Cluster, tmp_path, request,
+                                                      kind: str, words: str) -> None:
+    """Prolog and Epilog point at a slurmfabric that cannot run: a 4-node job completes,
+    no node is drained, and syslog has one fail-open line per hook and node."""
+    from syslogsink import SyslogSink
+
+    from slurmfabric.health import hookscript
+
+    _wait(lambda: _idle(cluster), 180, "an idle cluster (other tests' jobs to finish)")
+    sink = SyslogSink(tmp_path / "log.sock")
+    request.addfinalizer(sink.close)
+    paths = hookscript.HookPaths(
+        bin=_broken_binary(tmp_path, kind), config=str(tmp_path / "health.toml"),
+        log=str(tmp_path / "hook.log"), syslog_socket=str(sink.path))
+    hooks = Path(hookscript.install(str(tmp_path / "hooks"), paths)[0]).parent
+    _hooks_on(cluster, request, f"Prolog={hooks}/slurmfabric-prolog\n"
+                                f"Epilog={hooks}/slurmfabric-epilog\n")
+    nodes = len(cluster.nodes)
+    result = cluster.sbatch_wait("#!/bin/sh\nsrun hostname\n", "-N", str(nodes), "-t", "5",
+                                 timeout=180)
+    assert result.state == "COMPLETED", (result.record, result.output)
+    assert int(result.record.get("Restarts", "0")) == 0, result.record
+    lines = sink.wait_for(2 * nodes, 60)  # the epilogs end after the job
+    for hook in ("prolog", "epilog"):
+        ours = [line for line in lines if f"slurmfabric health {hook} node=" in line]
+        assert sorted(line.split("node=")[1].split(":")[0] for line in ours) == \
+            sorted(cluster.nodes), lines
+        assert all(words in line and "NOT draining (fail-open)" in line for line in ours), ours
+    for name in cluster.nodes:
+        state, reason = cluster.node_state(name)
+        assert "DRAIN" not in state and not reason, (name, state, reason)
+    assert (tmp_path / "hook.log").read_text().count("fail-open") == 2 * nodes

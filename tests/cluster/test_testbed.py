@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
@@ -110,6 +111,42 @@ def test_up_on_a_stopped_state_dir_reuses_its_saved_settings(cluster: Cluster):
         assert "1 idle nodes" in out
         conf = (state / "etc" / "slurm.conf").read_text()
         assert "SlurmctldPort=17717" in conf and "NodeName=sfz1 " in conf
+    finally:
+        cluster.run([*base, "down", *opts])
+    assert idle_nodes(cluster) == {n: "idle" for n in cluster.nodes}
+
+
+def test_up_converges_whatever_an_earlier_run_left(cluster: Cluster):
+    """What test.sh meets after the README's demo or a killed run, on a separate testbed:
+    running without accounting (restarted with it), a daemon dead (restarted), daemons no
+    record knows (stopped, then started fresh), an unknown key in an older settings file.
+    Each time one line says what changed, and all daemons end up running."""
+    state = Path(tempfile.mkdtemp(prefix="sf-testbed-", dir="/var/tmp"))
+    state.chmod(0o755)
+    base = ["slurmfabric", "testbed"]
+    opts = ["--state-dir", str(state)]
+    cluster.run([*base, "up", *opts, "-n", "1", "--prefix", "sfc", "--ctld-port", "17617",
+                 "--node-port-base", "17701", "--addr-prefix", "127.0.75."])
+    try:
+        first = cluster.run([*base, "up", *opts, "--accounting"]).stdout
+        assert "testbed: restarted with accounting" in first, first
+        tb = Testbed.from_state(state)
+        assert tb.s.accounting and set(tb.running()) == set(tb.expected_keys())
+
+        os.kill(tb.running()["slurmd:sfc1"], 9)
+        time.sleep(0.5)
+        second = cluster.run([*base, "up", *opts, "--accounting"]).stdout
+        assert "restarted a partly running testbed (not running: slurmd:sfc1)" in second
+
+        daemons = sorted(Testbed.from_state(state).running().values())
+        (state / "pids.json").write_text("{}")  # a killed run: nothing recorded
+        settings = json.loads((state / "settings.json").read_text())
+        (state / "settings.json").write_text(json.dumps({**settings, "retired_key": 1}))
+        third = cluster.run([*base, "up", *opts, "--accounting"], timeout=180).stdout
+        assert "that no record knew" in third, third
+        assert all(not _alive(pid) for pid in daemons)
+        tb = Testbed.from_state(state)
+        assert set(tb.running()) == set(tb.expected_keys()) and "mariadbd" in tb.running()
     finally:
         cluster.run([*base, "down", *opts])
     assert idle_nodes(cluster) == {n: "idle" for n in cluster.nodes}

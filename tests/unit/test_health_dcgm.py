@@ -16,6 +16,7 @@ from helpers import fake_slurm, hgx_node, write_config
 
 from slurmfabric.errors import ConfigError
 from slurmfabric.health import dcgm, siteconfig
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import FAIL, OK, WARN, Context, ProbeError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "dcgm"
@@ -121,7 +122,7 @@ def test_the_epilog_of_a_failed_job_runs_level_2_and_drains(tmp_path: Path) -> N
 
     assert epilog(SLURM_JOB_EXIT_CODE="0") == 0  # a job that succeeded: no diagnostic
     assert not (tmp_path / "dcgmi.args").exists()
-    assert epilog(SLURM_JOB_EXIT_CODE="256") == 1
+    assert epilog(SLURM_JOB_EXIT_CODE="256") == EXIT_NODE_BAD
     assert (tmp_path / "dcgmi.args").read_text().split() == ["diag", "-r", "2", "-j"]
     state = json.loads((Path(env["FAKE_SCONTROL_STATE"])).read_text())["gpu007"]
     assert state["reason"].startswith("slurmfabric: gpu.dcgm: DCGM level 2: GPU Memory on GPU0")

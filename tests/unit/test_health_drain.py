@@ -11,6 +11,7 @@ from helpers import fake_slurm, hgx_node, scontrol_calls, slurm_nodes, write_con
 
 from slurmfabric.errors import ConfigError, HealthError
 from slurmfabric.health import drain, siteconfig
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
 
 
 @pytest.fixture(autouse=True)
@@ -289,7 +290,7 @@ def test_bad_drain_backend_in_the_config_names_the_choices(tmp_path) -> None:
         siteconfig.load("n1", str(path))
 
 
-def test_hook_with_pyslurm_absent_still_exits_1_and_keeps_the_reason(
+def test_hook_with_pyslurm_absent_still_fails_and_keeps_the_reason(
     mocker, slurm, tmp_path, monkeypatch
 ) -> None:
     from slurmfabric.health import hooks
@@ -306,7 +307,7 @@ def test_hook_with_pyslurm_absent_still_exits_1_and_keeps_the_reason(
     monkeypatch.setenv("PATH", env["PATH"])  # run_hook may prepend to PATH
     mocker.patch.dict(sys.modules, {"pyslurm": None})
     rc = hooks.run_hook("prolog", env={"SLURMD_NODENAME": "gpu007", "SLURM_JOB_ID": "9"})
-    assert rc == 1  # Slurm drains the node ("Prolog error") and requeues the job
+    assert rc == EXIT_NODE_BAD  # Slurm drains the node ("Prolog error") and requeues the job
     report = json.loads((state / "reports" / "last-gpu007.json").read_text())
     assert report["drain"]["outcome"] == drain.DEFERRED
     assert "pyslurm cannot be imported" in report["drain"]["detail"]
@@ -341,7 +342,7 @@ def test_hook_drains_through_pyslurm_when_configured(
         config=str(cfg) if how == "--config" else None,
         env={"SLURMD_NODENAME": "gpu007", "SLURM_JOB_ID": "9"},
     )
-    assert rc == 1
+    assert rc == EXIT_NODE_BAD
     reason = "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors"
     mod.Node.assert_called_once_with(state="DRAIN", reason=reason)
     assert nodes["gpu007"] == ("IDLE+DRAIN", reason) and nodes["gpu008"] == ("IDLE", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -11,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers import (
     fake_slurm,
@@ -23,6 +25,7 @@ from helpers import (
 
 from slurmfabric.health import node as node_checks
 from slurmfabric.health import runner
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import ProbeError
 
 NODE = "gpu007"
@@ -70,26 +73,29 @@ def test_healthy_prolog_passes_and_writes_every_output(setup) -> None:
     assert (state / "jobs" / f"{NODE}-1001.json").exists()  # counters for the epilog
 
 
-def test_failing_prolog_drains_with_precise_reason_and_exits_1(setup) -> None:
+def test_failing_prolog_drains_with_precise_reason_and_says_node_bad(setup) -> None:
     make, state, _ = setup
     env = make("h100-535-ecc")
     proc = hook("prolog", env)
-    assert proc.returncode == 1
+    assert proc.returncode == EXIT_NODE_BAD
     node = slurm_nodes(env)[NODE]
     assert node["state"] == "IDLE+DRAIN"
     assert node["reason"] == "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors"
     report = json.loads((state / "reports" / f"last-{NODE}.json").read_text())
-    assert report["drain"]["outcome"] == "drained" and report["exit_code"] == 1
+    assert report["drain"]["outcome"] == "drained" and report["exit_code"] == EXIT_NODE_BAD
 
 
 def test_hung_nvidia_smi_is_reported_and_the_hook_finishes_on_time(setup) -> None:
     make, state, _ = setup
-    env = make("hang", runner_opts={"probe_timeout_s": 1.0, "budget_s": 3.0})
+    budget = 3.0
+    env = make("hang", runner_opts={"probe_timeout_s": 1.0, "budget_s": budget})
     start = time.monotonic()
-    proc = hook("prolog", env, timeout=20)
+    proc = hook("prolog", env, timeout=60)
     elapsed = time.monotonic() - start
-    assert proc.returncode == 1
-    assert elapsed < 2.8, f"hook took {elapsed:.1f} s with a 1 s probe deadline"
+    assert proc.returncode == EXIT_NODE_BAD
+    # The bound is the budget under test plus a start-up margin that holds on a loaded
+    # 2-core machine (interpreter start, imports, drain); the hung tool would take 30 s.
+    assert elapsed < budget + 6.0, f"hook took {elapsed:.1f} s with a {budget} s budget"
     reason = slurm_nodes(env)[NODE]["reason"]
     assert reason.startswith("slurmfabric: gpu.count: nvidia-smi did not return in 1 s")
 
@@ -103,7 +109,8 @@ def test_budget_bounds_a_collector_that_never_returns() -> None:
     assert str(facts["stuck"]) == "stuck did not finish within the 0.3 s budget"
 
 
-@pytest.mark.parametrize("scenario,expect_rc", [("h100-535-healthy", 0), ("h100-535-hot", 1)])
+@pytest.mark.parametrize("scenario,expect_rc", [("h100-535-healthy", 0),
+                                                ("h100-535-hot", EXIT_NODE_BAD)])
 def test_twenty_concurrent_hooks_on_one_node(setup, scenario, expect_rc) -> None:
     make, state, _ = setup
     env = make(scenario)
@@ -122,15 +129,20 @@ def test_twenty_concurrent_hooks_on_one_node(setup, scenario, expect_rc) -> None
         assert slurm_nodes(env)[NODE]["reason"].startswith("slurmfabric: gpu.temperature: GPU7")
 
 
-def test_a_held_lock_fails_loudly_instead_of_passing(setup) -> None:
+def test_a_held_lock_is_loud_but_drains_only_a_failing_node(setup) -> None:
+    """The lock is slurmfabric's own fault: logged and on the hook-error gauge; the exit
+    code still follows the checks (a healthy node stays in service, a bad one is bad)."""
     make, state, _ = setup
-    env = make(runner_opts={"lock_timeout_s": 0.3})
     state.mkdir(parents=True, exist_ok=True)
-    with open(state / ".lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        proc = hook("prolog", env)
-    assert proc.returncode == 1
-    assert "still held after 0.3 s" in (state / "health.log").read_text()
+    for scenario, expect in (("h100-535-healthy", 0), ("h100-535-ecc", EXIT_NODE_BAD)):
+        env = make(scenario, runner_opts={"lock_timeout_s": 0.3,
+                                          "prometheus_file": str(state / "n.prom")})
+        with open(state / ".lock", "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            proc = hook("prolog", env)
+        assert proc.returncode == expect, (scenario, proc.stderr)
+        assert "still held after 0.3 s" in (state / "health.log").read_text()
+        assert 'hook="prolog"} 1' in (state / "n.hook.prom").read_text()
 
 
 def test_hook_path_imports_no_heavy_modules(setup) -> None:
@@ -154,7 +166,7 @@ def test_counter_deltas_between_prolog_and_epilog(setup, tmp_path) -> None:
     (counters / "symbol_error").write_text("50\n")
     (counters / "link_downed").write_text("1\n")
     proc = hook("epilog", env, job="300")
-    assert proc.returncode == 1
+    assert proc.returncode == EXIT_NODE_BAD
     reason = slurm_nodes(env)[NODE]["reason"]
     assert reason.startswith("slurmfabric: rdma.counters: mlx5_2:1 link_downed +1 during the job")
     assert not (state / "jobs" / f"{NODE}-300.json").exists()
@@ -166,7 +178,7 @@ def test_without_a_snapshot_counters_use_absolute_limits(setup) -> None:
     (sysfs / "sys/class/infiniband/mlx5_6/ports/1/counters/symbol_error").write_text("50\n")
     assert hook("epilog", env, job="301").returncode == 0  # 50 <= 100 since boot
     (sysfs / "sys/class/infiniband/mlx5_6/ports/1/counters/symbol_error").write_text("5000\n")
-    assert hook("epilog", env, job="302").returncode == 1
+    assert hook("epilog", env, job="302").returncode == EXIT_NODE_BAD
     assert "mlx5_6:1 symbol_error=5000 (limit 100)" in slurm_nodes(env)[NODE]["reason"]
 
 
@@ -196,28 +208,58 @@ def test_config_error_fails_open_and_says_so(setup, tmp_path) -> None:
     assert "unknown key 'gpu_count'" in proc.stderr and "fail-open" in proc.stderr
 
 
+def _job_process(**env: str) -> int:
+    """A process of the job as the epilog meets it: not a child of the hook (double fork,
+    reparented), with the job's variables in its environment. Returns its pid."""
+    out = subprocess.run(["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"],
+                         env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+def _kill(*pids: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
 def test_leftover_job_processes_are_found() -> None:
-    child = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "987654"})
+    job = _job_process(SLURM_JOB_ID="987654")
+    other = hook_proc = None
     try:
         found = node_checks.collect_leftovers("987654", [])
-        assert [p["pid"] for p in found] == [child.pid]
+        assert [p["pid"] for p in found] == [job]
         assert node_checks.collect_leftovers("987655", []) == []
         # A task of the same job on another virtual node, or another node's epilog, is not
         # a leftover of this node.
         assert node_checks.collect_leftovers("987654", [], node="sfn2") == [
-            {"pid": child.pid, "name": "sleep", "user": found[0]["user"]}]
-        other = subprocess.Popen(["sleep", "30"], env={
-            **os.environ, "SLURM_JOB_ID": "987654", "SLURMD_NODENAME": "sfn1"})
-        hook_proc = subprocess.Popen(["sleep", "30"], env={
-            **os.environ, "SLURM_JOB_ID": "987654", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
-        try:
-            pids = [p["pid"] for p in node_checks.collect_leftovers("987654", [], node="sfn2")]
-            assert pids == [child.pid]
-        finally:
-            for extra in (other, hook_proc):
-                extra.kill()
-                extra.wait()
+            {"pid": job, "name": "sleep", "user": found[0]["user"]}]
+        other = _job_process(SLURM_JOB_ID="987654", SLURMD_NODENAME="sfn1")
+        hook_proc = _job_process(SLURM_JOB_ID="987654", SLURM_SCRIPT_CONTEXT="epilog_slurmd")
+        pids = [p["pid"] for p in node_checks.collect_leftovers("987654", [], node="sfn2")]
+        assert pids == [job]
     finally:
+        _kill(job, *(p for p in (other, hook_proc) if p))
+
+
+def test_the_hooks_own_tree_is_never_a_leftover(monkeypatch) -> None:
+    """The epilog's own probes inherit SLURM_JOB_ID (and no SLURM_SCRIPT_CONTEXT when run by
+    hand): a child, a grandchild, or a probe orphaned by its deadline kill is ours."""
+    from slurmfabric import _probe
+
+    monkeypatch.setenv("SLURM_JOB_ID", "987656")
+    child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])  # child and grandchild
+    # A probe whose child outlives it (reparented to init): found only by its mark.
+    out = _probe.run(["sh", "-c", "setsid sleep 30 >/dev/null 2>&1 & echo $!"], 10)
+    orphan = int(out.stdout)
+    job = _job_process(SLURM_JOB_ID="987656")
+    grandchildren: list[int] = []
+    try:
+        time.sleep(0.2)
+        grandchildren = [p.pid for p in psutil.Process(child.pid).children()]
+        assert grandchildren, "the child's sleep did not start"
+        assert [p["pid"] for p in node_checks.collect_leftovers("987656", [])] == [job]
+    finally:
+        _kill(orphan, job, *grandchildren)
         child.kill()
         child.wait()
 

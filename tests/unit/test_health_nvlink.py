@@ -17,6 +17,7 @@ import pytest
 from helpers import fake_slurm, hgx_node, hgx_root, nvlink_scenario, slurm_nodes, write_config
 
 from slurmfabric.health import nvlink, xid
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import FAIL, OK, WARN, Context
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "nvlink"
@@ -166,7 +167,7 @@ def test_hgx_hooks_check_links_counters_and_fabric(tmp_path: Path) -> None:
     (smi.parent / "nvlink-e.txt").unlink()
     nvlink_scenario(tmp_path / "later", errors={(2, 5): {"recovery": 1}})
     shutil.copy(tmp_path / "later" / "smi" / "nvlink-e.txt", smi.parent / "nvlink-e.txt")
-    assert hook("epilog", env).returncode == 1
+    assert hook("epilog", env).returncode == EXIT_NODE_BAD
     assert slurm_nodes(env)[NODE]["reason"] == (
         "slurmfabric: gpu.nvlink_errors: GPU2 link 5 recovery +1 during the job (limit 0)")
 
@@ -174,7 +175,7 @@ def test_hgx_hooks_check_links_counters_and_fabric(tmp_path: Path) -> None:
 def test_hgx_prolog_drains_for_a_dead_link_and_a_stopped_fabric_manager(tmp_path) -> None:
     root = hgx_root(tmp_path / "root", manager=False)
     env, _ = setup(tmp_path, nvlink_scenario(tmp_path, down={4: [7]}), root)
-    assert hook("prolog", env).returncode == 1
+    assert hook("prolog", env).returncode == EXIT_NODE_BAD
     reason = slurm_nodes(env)[NODE]["reason"]
     assert reason.startswith("slurmfabric: gpu.nvlink: GPU4 17/18 NVLinks active (links 7 "
                              "inactive) (+1 more: gpu.fabric)"), reason

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from helpers import fake_slurm, hgx_node, nvsmi, scontrol_calls, slurm_nodes, write_config
 
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
+
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "xid"
 LINES = (FIX / "kmsg_lines.txt").read_text().splitlines()
 NODE = "gpu007"
@@ -60,7 +62,8 @@ def test_periodic_skips_what_a_running_job_owns(tmp_path: Path) -> None:
     assert "--query-compute-apps" not in calls.read_text()
     assert not (state / "jobs").exists() or not list((state / "jobs").iterdir())
     assert scontrol_calls(env) == []
-    assert run("prolog", env, SLURM_JOB_ID="78").returncode == 1  # the prolog does judge it
+    # the prolog does judge it
+    assert run("prolog", env, SLURM_JOB_ID="78").returncode == EXIT_NODE_BAD
     assert "--query-compute-apps" in calls.read_text()
     assert slurm_nodes(env)[NODE]["reason"].startswith("slurmfabric: gpu.processes: GPU")
 
@@ -69,7 +72,7 @@ def test_periodic_drains_by_itself_and_resumes_only_a_repaired_state(tmp_path: P
     """ECC is a state: once it reads clean again, auto_resume may resume the node. An Xid is
     an event: the next run no longer sees it, which proves nothing, so the node stays."""
     env, state = setup(tmp_path, "h100-535-ecc")
-    assert run("periodic", env).returncode == 1
+    assert run("periodic", env).returncode == EXIT_NODE_BAD
     node = slurm_nodes(env)[NODE]
     assert node["state"] == "ALLOCATED+DRAIN"
     assert node["reason"] == "slurmfabric: gpu.ecc: GPU3 2 uncorrected volatile ECC errors"
@@ -81,7 +84,7 @@ def test_periodic_drains_by_itself_and_resumes_only_a_repaired_state(tmp_path: P
     assert "DRAIN" not in slurm_nodes(env)[NODE]["state"]
     with open(log, "a") as handle:
         handle.write(record(LINES[0], 2, 5_000_000))  # Xid 79
-    assert run("periodic", healthy).returncode == 1
+    assert run("periodic", healthy).returncode == EXIT_NODE_BAD
     assert slurm_nodes(env)[NODE]["reason"].startswith("slurmfabric: gpu.xid: Xid 79")
     for kind in ("periodic", "epilog"):  # nothing new in the log: every check passes
         assert run(kind, healthy, SLURM_JOB_ID="91").returncode == 0
@@ -106,7 +109,7 @@ def test_an_xid_during_a_job_is_attributed_to_it(tmp_path: Path) -> None:
     with open(log, "a") as handle:
         handle.write(record(LINES[9], 2, 5_000_000))  # Xid 13 long before the job
         handle.write(record(LINES[0], 3, now_us))  # Xid 79 now, during job 501
-    assert run("epilog", env, SLURM_JOB_ID="501").returncode == 1
+    assert run("epilog", env, SLURM_JOB_ID="501").returncode == EXIT_NODE_BAD
     reason = slurm_nodes(env)[NODE]["reason"]
     assert reason.startswith("slurmfabric: gpu.xid: Xid 79 on GPU 0000:2b:00 during job 501 "
                              "(ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM)"), reason
@@ -126,7 +129,7 @@ def test_periodic_attributes_an_xid_to_every_job_running_then(tmp_path: Path) ->
         assert run("prolog", env, SLURM_JOB_ID=job).returncode == 0
     with open(log, "a") as handle:
         handle.write(record(LINES[20], 2, int(time.monotonic() * 1e6)))  # Xid 119, GSP
-    assert run("periodic", env).returncode == 1
+    assert run("periodic", env).returncode == EXIT_NODE_BAD
     reason = slurm_nodes(env)[NODE]["reason"]
     assert " during job 601,602 (GSP_RPC_TIMEOUT, RESET_GPU)" in reason, reason
     calls = len(scontrol_calls(env))

@@ -17,6 +17,7 @@ import pytest
 from helpers import fake_slurm, hgx_node, scontrol_calls, slurm_nodes, write_config
 
 from slurmfabric.health import xid
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import FAIL, OK, WARN, ProbeError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "xid"
@@ -131,7 +132,7 @@ def test_prolog_drains_once_with_the_gpu_and_xid_named(tmp_path: Path) -> None:
     assert prolog().returncode == 0  # the first run only sets the cursor
     stream(log, ["NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.183.01", LINES[0],
                  LINES[9]], first_seq=100)
-    assert prolog().returncode == 1
+    assert prolog().returncode == EXIT_NODE_BAD
     node = slurm_nodes(env)["gpu007"]
     assert node["reason"] == ("slurmfabric: gpu.xid: Xid 79 on GPU 0000:2b:00 (ROBUST_CHANNEL_"
                               "GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM): GPU has fallen off the "

@@ -206,15 +206,22 @@ def _check_from_snapshot(proc: subprocess.CompletedProcess[str], work: Path) -> 
     assert "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_6:1" in proc.stdout
 
 
+def _opt_slurmfabric(work: Path) -> None:
+    """/opt/slurmfabric/bin/slurmfabric: a working install (install-hooks runs it)."""
+    target = work / "opt-slurmfabric" / "bin"
+    target.mkdir(parents=True)
+    (target / "slurmfabric").symlink_to(Path(sys.executable).parent / "slurmfabric")
+
+
 def _check_hooks(proc: subprocess.CompletedProcess[str], work: Path) -> None:
     for script, hook in (("prolog", "prolog"), ("epilog", "epilog"),
                          ("healthcheck", "periodic")):
         path = work / "etc-slurm-hooks" / f"slurmfabric-{script}"
         text = path.read_text()
         assert os.access(path, os.X_OK)
-        assert "SLURMFABRIC_BIN=/opt/slurmfabric/bin/slurmfabric\n" in text
+        assert f"SLURMFABRIC_BIN={work}/opt-slurmfabric/bin/slurmfabric\n" in text
         assert "SLURMFABRIC_HEALTH_CONFIG=/etc/slurmfabric/health.toml\n" in text
-        assert text.rstrip().endswith(f'exec "$SLURMFABRIC_BIN" health {hook}')
+        assert f"\nhook={hook}\n" in text and '"$SLURMFABRIC_BIN" health "$hook"' in text
         subprocess.run(["sh", "-n", str(path)], check=True)
 
 
@@ -307,7 +314,7 @@ CASES: dict[str, Case] = {
                                                      env={"SLURMFABRIC_SYSFS_ROOT": "{work}/h100"}),
     "slurmfabric topo --from node.tar.gz": Case(_check_from_snapshot, _snapshot_first),
     "slurmfabric health install-hooks /etc/slurm/hooks --bin /opt/slurmfabric/bin/slurmfabric"
-    " --config /etc/slurmfabric/health.toml": Case(_check_hooks),
+    " --config /etc/slurmfabric/health.toml": Case(_check_hooks, _opt_slurmfabric),
     "slurmfabric health check": Case(_check_health_check, _fake_scontrol, rc=1,
                                      env={"SLURMFABRIC_HEALTH_CONFIG": "health.toml"}),
     "slurmfabric nccl-log slurm-1234.out --expect-gdr": Case(_check_gdr_fallback, _nccl_log, rc=1),
@@ -320,7 +327,8 @@ CASES: dict[str, Case] = {
 }
 
 # Absolute paths in README commands, and where each lands in the test's work directory.
-PATHS = {"/tmp/h100": "h100", "/etc/slurm/hooks": "etc-slurm-hooks", "/shared/": "shared/"}
+PATHS = {"/tmp/h100": "h100", "/etc/slurm/hooks": "etc-slurm-hooks", "/shared/": "shared/",
+         "/opt/slurmfabric/": "opt-slurmfabric/"}
 
 
 def _env(work: Path, **extra: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from slurmfabric.render import (
     config_digest,
     config_from_script,
     environment,
+    login_only_path,
     render_env_block,
     render_launch,
     render_sbatch,
@@ -273,8 +274,26 @@ def test_the_script_uses_the_nodes_slurmfabric_unless_asked(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     embedded = str(Path(sys.executable).parent / "slurmfabric")
     assert f"sf_bin={embedded}\n" in proc.stdout
-    assert proc.stderr.startswith(f"slurmfabric: warning: the script runs {embedded} on every "
-                                  "node, but it lies in the clone ")
+    # Wherever this venv lives: warned about exactly when the path looks login-node-only.
+    why = login_only_path(embedded)
+    if why:
+        assert proc.stderr.startswith(f"slurmfabric: warning: the script runs {embedded} on "
+                                      f"every node, but {why}"), proc.stderr
+    else:
+        assert "warning" not in proc.stderr, proc.stderr
+
+
+def test_a_path_inside_a_clone_or_home_is_login_node_only(tmp_path, monkeypatch) -> None:
+    clone = tmp_path / "src" / "proj"
+    (clone / ".git").mkdir(parents=True)
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    assert login_only_path(str(clone / ".venv" / "bin" / "slurmfabric")) == \
+        f"it lies in the clone {clone}"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "bin").mkdir(parents=True)
+    assert "home" in (login_only_path(str(tmp_path / "home" / "bin" / "slurmfabric")) or "")
+    assert login_only_path(str(tmp_path / "opt" / "slurmfabric")) is None
+    assert login_only_path("slurmfabric") is None
 
 
 @pytest.mark.parametrize("field", ["launcher.slurmfabric", "launcher.torchrun",
