@@ -151,10 +151,13 @@ def pair_base(results: Path, round_index: int, pair: Pair) -> Path:
 
 
 # One line per task before and after the command: "<procid> <node> <step> start|end <t> [rc]".
-# A fixed literal: the job's values reach it only as positional arguments ($0, "$@").
+# A fixed literal: the job's values reach it only as positional arguments ($0, "$@"). The
+# command runs through exec in a subshell, so its name is always a program: never a builtin
+# ('eval' would run its arguments as code), a function, or, where /bin/sh is bash, the 'fg'
+# that a leading '%' means (bash manual, "Job Control Basics").
 _TASK_WRAPPER = (
     'echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} start '
-    '$(date +%s.%N)" >> "$0"; "$@"; rc=$?; '
+    '$(date +%s.%N)" >> "$0"; (exec "$@"); rc=$?; '
     'echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} end '
     '$(date +%s.%N) $rc" >> "$0"; exit $rc'
 )

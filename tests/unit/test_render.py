@@ -137,7 +137,7 @@ def test_nccl_tests_sweep_one_step_per_op() -> None:
 def test_mpirun_rank_count_and_mapping() -> None:
     launch = render_launch(config_for("mpirun", 'launcher.mpirun_args=["--mca", "btl", "^openib"]'))
     # every rank goes through launch --mode mpi, which binds it; so mpirun binds nothing
-    assert launch.startswith('mpirun_bin=mpirun\n"$mpirun_bin" -np 8 --map-by ppr:4:node '
+    assert launch.startswith('mpirun_bin=mpirun\nexec -- "$mpirun_bin" -np 8 --map-by ppr:4:node '
                              "--bind-to none "
                              "--mca btl '^openib' \\\n")
     assert " launch --mode mpi -- python train.py" in launch
@@ -163,7 +163,7 @@ def test_env_block_is_run_time_not_render_time() -> None:
     assert "export NCCL_DEBUG=INFO\n" in block
     assert "cd -- '/scratch/my run'\n" in block
     assert f"sf_bin='{SF}'\n" in block
-    assert 'slurmfabric_job_env="$("$sf_bin" env)"\neval "$slurmfabric_job_env"' in block
+    assert 'slurmfabric_job_env="$(exec -- "$sf_bin" env)"\neval "$slurmfabric_job_env"' in block
     script = render_sbatch(config)
     # nothing about the login node is frozen into the script
     import socket
