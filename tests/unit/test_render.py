@@ -294,3 +294,43 @@ def test_nccl_tests_mpi_plugin_and_gpus_per_rank() -> None:
     assert "#SBATCH --ntasks-per-node=2\n" in script  # 4 GPUs per node, 2 per rank
     with pytest.raises(ConfigError, match="gpus_per_rank: 3 does not divide"):
         config_for("nccl-tests", "launcher.nccl_tests.gpus_per_rank=3")
+
+
+def test_relative_workdir_is_written_as_a_path_not_a_cd_special() -> None:
+    """'cd -- -' is 'cd "$OLDPWD"' and a relative operand is searched in CDPATH (bash
+    manual, cd): a relative workdir gets './', an absolute or dotted one stays as it is."""
+    from slurmfabric.render import path_word
+
+    assert path_word("-") == "./-"
+    assert path_word("~") == "'./~'"
+    assert path_word("wd") == "./wd"
+    assert path_word("/scratch/run") == "/scratch/run"
+    assert path_word("../run") == "../run"
+    assert path_word("..x") == "./..x"
+    block = render_env_block(config_for("srun", "program.workdir=-"))
+    assert "cd -- ./-\n" in block
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_command_names_run_as_programs(launcher: str) -> None:
+    """A name starting with '%' in command position is bash's 'fg' ("Job Control Basics");
+    exec runs the program of that name instead, and never a builtin."""
+    script = render_sbatch(config_for(launcher, "launcher.slurmfabric=%sf",
+                                      "launcher.mpirun=%mpirun"))
+    assert 'slurmfabric_job_env="$(exec -- "$sf_bin" env)"\n' in script
+    assert "sf_check='type -P -- \"$1\"" in script
+    if launcher == "mpirun":
+        assert 'mpirun_bin=%mpirun\nexec -- "$mpirun_bin" -np ' in script
+    raw = script.splitlines()
+    commands = [line.strip() for before, line in zip(["", *raw], raw)
+                if not before.endswith("\\")]  # a continuation line holds arguments
+    assert not any(line.startswith(("%", '"$sf_bin"', '"$mpirun_bin"')) for line in commands)
+
+
+@pytest.mark.parametrize("value", ["-x", "--help", "", "a\nb"])
+def test_slurmfabric_bin_override_is_checked(value: str) -> None:
+    from slurmfabric.errors import UsageError
+    from slurmfabric.render import node_bin
+
+    with pytest.raises(UsageError, match="--slurmfabric-bin"):
+        node_bin(config_for("srun"), value)
