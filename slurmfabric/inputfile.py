@@ -31,13 +31,18 @@ def _open(path: str, what: str):
         info = os.stat(path)
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
+    if not stat.S_ISREG(info.st_mode):  # checked before open: opening a device can act
         kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         raise UsageError(f"{what} {path}: {kind}", f"pass the {what} as a regular file")
-    try:
-        return open(path, "rb")  # noqa: SIM115 - closed by the caller's with-block
+    try:  # O_NONBLOCK and fstat: a path swapped for a FIFO after the stat cannot block us
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{what} {path}: not a regular file", f"pass the {what} as a "
+                         "regular file")
+    return os.fdopen(fd, "rb")
 
 
 def read_bytes(path: str, what: str, max_bytes: int = DATA_MAX_BYTES) -> bytes:
