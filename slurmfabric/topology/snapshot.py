@@ -31,6 +31,7 @@ from slurmfabric.topology.model import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import tarfile  # imported at run time only by the functions that read or write tarballs
     from typing import Any
 
 FORMAT = 1
@@ -151,13 +152,10 @@ TAR_MAX_MEMBERS = 200_000
 TAR_MAX_BYTES = 256 << 20
 
 
-def _tar_refusal(member: object) -> str | None:
+def _tar_refusal(member: tarfile.TarInfo) -> str | None:
     """Why a member has no place in a snapshot: only relative files, directories and links
     inside the tree (what write_tarball writes); devices, FIFOs and escaping names are
     refused before anything is extracted."""
-    import tarfile
-
-    assert isinstance(member, tarfile.TarInfo)
     name = member.name
     if name.startswith("/"):
         return "has an absolute path"
