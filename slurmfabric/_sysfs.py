@@ -40,13 +40,23 @@ class Root:
         return f"Root({self.base!r})"
 
 
+_MAX_CHARS = 4 << 20  # sysfs attributes are a page, procfs tables a few hundred KB
+
+
+def open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
 def read_text(path: str | os.PathLike[str]) -> str | None:
-    """File content stripped of surrounding whitespace, or None if it cannot be read."""
+    """File content stripped of surrounding whitespace, or None if it cannot be read. Under
+    a fixture or replayed root a FIFO reads as empty (O_NONBLOCK: open does not wait for a
+    writer) and anything past _MAX_CHARS (a link to /dev/zero) as unreadable."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
+        with open(path, encoding="utf-8", errors="replace", opener=open_nonblocking) as handle:
+            text = handle.read(_MAX_CHARS + 1)
     except OSError:  # ENOENT, EINVAL (GID without netdev), EACCES, ENODEV, EISDIR ...
         return None
+    return text.strip() if len(text) <= _MAX_CHARS else None
 
 
 def list_dir(path: str | os.PathLike[str]) -> list[str]:

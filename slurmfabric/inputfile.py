@@ -21,6 +21,7 @@ from slurmfabric.textcheck import one_line
 
 LOG_MAX_BYTES = 4 << 30  # an NCCL log or nccl-tests output; read in bounded lines
 DATA_MAX_BYTES = 64 << 20  # plans, baselines, maps, snapshots
+RESULT_MAX_BYTES = 256 << 20  # one job step's output in a results directory (kept in memory)
 
 
 def _open(path: str, what: str):
@@ -30,13 +31,18 @@ def _open(path: str, what: str):
         info = os.stat(path)
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
+    if not stat.S_ISREG(info.st_mode):  # checked before open: opening a device can act
         kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         raise UsageError(f"{what} {path}: {kind}", f"pass the {what} as a regular file")
-    try:
-        return open(path, "rb")  # noqa: SIM115 - closed by the caller's with-block
+    try:  # O_NONBLOCK and fstat: a path swapped for a FIFO after the stat cannot block us
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{what} {path}: not a regular file", f"pass the {what} as a "
+                         "regular file")
+    return os.fdopen(fd, "rb")
 
 
 def read_bytes(path: str, what: str, max_bytes: int = DATA_MAX_BYTES) -> bytes:
@@ -95,6 +101,20 @@ def read_log_lines(path: str, what: str, max_line: int = 1 << 16,
                    max_bytes: int = LOG_MAX_BYTES) -> str:
     """The same lines as one text (for parsers that want the whole output)."""
     return "".join(iter_log_lines(path, what, max_line, max_bytes))
+
+
+def read_result(path: str, what: str, max_bytes: int = RESULT_MAX_BYTES) -> str | None:
+    """A file a job step wrote into a results directory, or None when there is none (the
+    step never ran). Anything else is read like every input: a regular file after following
+    links (a link to ``/dev/zero`` or a FIFO in the directory is an error naming it), at most
+    ``max_bytes``, lines cut as in ``iter_log_lines``, undecodable bytes replaced."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        pass  # _open names the error
+    return read_log_lines(path, what, max_bytes=max_bytes)
 
 
 def read_json(path: str, what: str, max_bytes: int = DATA_MAX_BYTES) -> Any:

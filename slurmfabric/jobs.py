@@ -90,13 +90,16 @@ def save_record(record: Record, script: str) -> Path:
 
 
 def load_records() -> list[Record]:
+    from slurmfabric.errors import UsageError
+    from slurmfabric.inputfile import read_json
+
     out = []
     for path in sorted(records_dir().glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
+        try:  # a record is small: read capped, a regular file after links, else skipped
+            data = read_json(str(path), "job record", 1 << 20)
             out.append(Record(**{k: v for k, v in data.items()
                                  if k in Record.__dataclass_fields__}))
-        except (OSError, ValueError, TypeError):
+        except (UsageError, ValueError, TypeError, AttributeError):
             continue
     return sorted(out, key=lambda r: r.submitted)
 

@@ -74,6 +74,18 @@ def _ansi_c(text: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
+def path_word(value: Any) -> Shell:
+    """A path where its first characters must not change what it names: ``cd -- -`` is
+    ``cd "$OLDPWD"`` (the operand '-' is special even after '--'), and a relative ``cd``
+    operand is looked up in CDPATH first (bash manual, "Bourne Shell Builtins": cd; POSIX cd
+    skips CDPATH for an operand starting with '.' or '..'). A relative path therefore gets
+    ``./``; quoting keeps '~' literal."""
+    text = str(value)
+    if not text.startswith(("/", "./", "../")) and text not in (".", ".."):
+        text = "./" + text
+    return q(text)
+
+
 def qargs(values: Iterable[Any]) -> Shell:
     return Shell(" ".join(q(v) for v in values))
 
@@ -115,7 +127,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         finalize=_finalize,
     )
-    env.filters.update(q=q, qargs=qargs, sbatch=sbatch_option, comment=comment)
+    env.filters.update(q=q, qargs=qargs, path=path_word, sbatch=sbatch_option, comment=comment)
     return env
 
 
@@ -128,7 +140,19 @@ def local_slurmfabric_bin() -> str:
 
 def node_bin(config: JobConfig, override: Optional[str] = None) -> str:
     """The slurmfabric command the script runs on the nodes: never a login-node path unless
-    given (``override``/--embed-bin or ``launcher.slurmfabric``); else from their PATH."""
+    given (``override``/--embed-bin or ``launcher.slurmfabric``); else from their PATH.
+    An override is checked like ``launcher.slurmfabric``: srun, mpirun and torchrun get it
+    as an argument, where a leading '-' would be read as their own option."""
+    if override is not None:
+        from slurmfabric.errors import UsageError
+        from slurmfabric.textcheck import one_line, problem
+
+        bad = problem(override, "strict")
+        if bad or not override or override.startswith("-"):
+            raise UsageError(f"--slurmfabric-bin {one_line(repr(override), 120)}: "
+                             f"{bad or 'empty or starts with -'}",
+                             "give the path of slurmfabric on the compute nodes, e.g. "
+                             "/opt/slurmfabric/bin/slurmfabric")
     return override or config.launcher.slurmfabric or "slurmfabric"
 
 

@@ -14,7 +14,6 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from slurmfabric.errors import SlurmCommandError, SubmitError
 
@@ -308,8 +307,13 @@ def wait_job(
 
 
 def read_output_file(path: str | os.PathLike[str]) -> str:
-    """A job's output file, or '' while it does not exist yet."""
+    """A job's output file, or '' while it does not exist yet. Read through inputfile: a
+    regular file after following links (the path comes from Slurm or a record, and a link to
+    /dev/zero must not fill memory), at most LOG_MAX_BYTES."""
+    from slurmfabric.inputfile import LOG_MAX_BYTES, read_text
+
     try:
-        return Path(path).read_text(errors="replace")
+        os.stat(path)
     except OSError:
         return ""
+    return read_text(str(path), "job output", LOG_MAX_BYTES, lenient=True)

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from slurmfabric import hostlist
 from slurmfabric.errors import UsageError
+
+STDIN_MAX_BYTES = 16 << 20  # 100,000 names of 20 characters are 2 MB
+
+
+def _stdin_expr() -> str:
+    """Standard input as one expression (lines joined by ','), read like any input: capped,
+    so /dev/zero on stdin is an error, not gigabytes in memory."""
+    from slurmfabric.inputfile import read_text
+
+    return read_text("-", "hostlist expression", STDIN_MAX_BYTES).replace("\n", ",")
 
 
 def main(argv: list[str]) -> int:
@@ -28,8 +37,12 @@ def main(argv: list[str]) -> int:
     index.add_argument("name")
     args = parser.parse_args(argv)
 
+    stdin: list[str] = []  # read once: 'compress' walks the expressions twice
+
     def exprs(values: list[str]) -> list[str]:
-        return [sys.stdin.read().replace("\n", ",") if v == "-" else v for v in values]
+        if "-" in values and not stdin:
+            stdin.append(_stdin_expr())
+        return [stdin[0] if v == "-" else v for v in values]
 
     if args.action == "expand":
         names = [n for e in exprs(args.expr) for n in hostlist.expand(e)]

@@ -199,6 +199,13 @@ def _plan(args: argparse.Namespace):
     else:
         rounds = round_robin(nodes)
     command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
+    if not command or not command[0] or command[0].startswith("-"):
+        from slurmfabric.textcheck import one_line
+
+        raise UsageError(f"--command {one_line(repr(args.command), 120)}: no program first "
+                         "(empty, or a leading '-' that the task's exec would read as an "
+                         "option)", hint="give the program first, e.g. --command "
+                         "'all_reduce_perf -b 1G -e 8G'")
     if args.test != "nccl-tests":
         command = _rdma_command(args)
     return SweepPlan(

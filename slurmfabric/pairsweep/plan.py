@@ -151,10 +151,13 @@ def pair_base(results: Path, round_index: int, pair: Pair) -> Path:
 
 
 # One line per task before and after the command: "<procid> <node> <step> start|end <t> [rc]".
-# A fixed literal: the job's values reach it only as positional arguments ($0, "$@").
+# A fixed literal: the job's values reach it only as positional arguments ($0, "$@"). The
+# command runs through exec in a subshell, so its name is always a program: never a builtin
+# ('eval' would run its arguments as code), a function, or, where /bin/sh is bash, the 'fg'
+# that a leading '%' means (bash manual, "Job Control Basics").
 _TASK_WRAPPER = (
     'echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} start '
-    '$(date +%s.%N)" >> "$0"; "$@"; rc=$?; '
+    '$(date +%s.%N)" >> "$0"; (exec "$@"); rc=$?; '
     'echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} end '
     '$(date +%s.%N) $rc" >> "$0"; exit $rc'
 )
@@ -216,22 +219,73 @@ def write_plan(plan: SweepPlan) -> Path:
     return path
 
 
+def _plan_problem(data: object) -> str | None:
+    """What makes ``data`` something 'pairs submit' never writes, or None. The report builds
+    file names from the node names and indexes its tables by them, so each must be a plain
+    name listed once, and every pair or group must name listed nodes only."""
+    from slurmfabric.textcheck import one_line
+
+    def show(value: object) -> str:
+        return one_line(repr(value), 80)
+
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list) or len(nodes) < 2:
+        return f"'nodes' is {show(nodes)}, not a list of at least 2 node names"
+    for node in nodes:
+        if not isinstance(node, str) or not _SAFE_NODE.fullmatch(node):
+            return (f"node {show(node)} is not a node name (letters, digits, '.', '_', '-'; "
+                    "it names result files)")
+    if len(set(nodes)) != len(nodes):
+        return f"node {show(next(n for n in nodes if nodes.count(n) > 1))} is listed twice"
+    pattern = data.get("pattern")
+    if pattern not in (None, "round-robin", "k-batch"):
+        return f"'pattern' is {show(pattern)}, not 'round-robin' or 'k-batch'"
+    rounds = data.get("rounds", [])
+    if not isinstance(rounds, list) or not all(isinstance(r, list) for r in rounds):
+        return f"'rounds' is {show(rounds)[:60]}, not a list of rounds (lists)"
+    known = set(nodes)
+    for number, rnd in enumerate(rounds, 1):
+        for item in rnd:
+            size_ok = len(item) >= 2 if pattern == "k-batch" else len(item) == 2
+            if not isinstance(item, list) or not size_ok:
+                want = "2 or more" if pattern == "k-batch" else "2"
+                return f"round {number}: {show(item)} is not a list of {want} nodes"
+            unknown = [n for n in item if not isinstance(n, str) or n not in known]
+            if unknown:
+                return f"round {number}: node {show(unknown[0])} is not in 'nodes'"
+            if len(set(item)) != len(item):
+                return f"round {number}: {show(item)} names a node twice"
+    for key in ("test", "gpu_stage", "judge"):
+        value = data.get(key)
+        kinds = {"test": str, "gpu_stage": list, "judge": dict}[key]
+        if value is not None and not isinstance(value, kinds):
+            return f"'{key}' is {show(value)}, not a {kinds.__name__}"
+    judge = data.get("judge") or {}
+    if judge.get("reference") not in (None, "median", "best"):
+        return f"judge 'reference' is {show(judge.get('reference'))}, not 'median' or 'best'"
+    for key, top in (("threshold", 1.0), ("expected", 1e6)):
+        value = judge.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value <= top):
+            return f"judge '{key}' is {show(value)}, not a number in (0, {top:g}]"
+    return None
+
+
 def read_plan(results: Path) -> dict:
-    from slurmfabric.inputfile import read_json, shape_error
+    """The sweep's plan.json, its shape checked: a one-line UsageError naming the file and
+    what is wrong, never an exception from deep inside the report."""
+    from slurmfabric.inputfile import read_json
 
     path = results / PLAN_FILE
     if not results.is_dir():
         raise UsageError(f"{results}: not a directory",
                          hint="pass the results directory given to 'pairs submit'")
     data = read_json(str(path), "pair plan")
-    try:
-        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
-            raise TypeError("no 'nodes' list")
-        data["rounds"] = [[tuple(str(n) for n in p) for p in rnd] for rnd in data.get("rounds", [])]
-        size = (lambda n: n >= 2) if data.get("pattern") == "k-batch" else (lambda n: n == 2)
-        if any(not size(len(p)) for rnd in data["rounds"] for p in rnd):
-            raise ValueError("a pair does not have two nodes")
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise shape_error(str(path), "pair plan", exc, "a plan written by 'pairs submit'") \
-            from None
+    problem = _plan_problem(data)
+    if problem:
+        raise UsageError(f"pair plan {path}: {problem}",
+                         hint="use the plan.json that 'pairs submit' wrote into the results")
+    data["rounds"] = [[tuple(p) for p in rnd] for rnd in data.get("rounds", [])]
     return data

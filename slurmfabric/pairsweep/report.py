@@ -67,11 +67,19 @@ class Analysis:
         return [n for n in self.nodes if n not in bad]
 
 
+def _read_result(path: Path, what: str) -> str | None:
+    """A step's file, or None when it never wrote one; read through inputfile (a regular
+    file after links, capped: a link to /dev/zero in the results is an error naming it)."""
+    from slurmfabric.inputfile import read_result
+
+    return read_result(str(path), what)
+
+
 def _read_int(path: Path) -> int | None:
+    text = (_read_result(path, "exit code file") or "").strip()
     try:
-        text = path.read_text(errors="replace").strip()
         return int(text) if len(text) < 20 else None  # an exit code, not 5,000 digits
-    except (OSError, ValueError):
+    except ValueError:
         return None
 
 
@@ -82,23 +90,25 @@ def load_pair(results: Path, round_index: int, pair: Pair, retest: int = 0,
                          pair)
     res = PairResult(round=round_index + 1, pair=pair, retest=retest)
     res.rc = _read_int(base.with_suffix(".rc"))
-    try:
-        tasks = base.with_suffix(".tasks").read_text(errors="replace").splitlines()
-    except OSError:
-        tasks = []
+    tasks = (_read_result(base.with_suffix(".tasks"), "task record") or "").splitlines()
     starts, ends = [], []
     for line in tasks:
         parts = line.split()
-        if len(parts) >= 5 and parts[3] == "start":
+        if len(parts) < 5 or parts[3] not in ("start", "end"):
+            continue
+        try:
+            when = float(parts[4])
+        except ValueError:
+            continue  # not a line the task wrapper wrote
+        if parts[3] == "start":
             res.ran_on.append(parts[1])
-            starts.append(float(parts[4]))
-        elif len(parts) >= 5 and parts[3] == "end":
-            ends.append(float(parts[4]))
+            starts.append(when)
+        else:
+            ends.append(when)
     res.start = min(starts) if starts else None
     res.end = max(ends) if ends else None
-    try:
-        text = base.with_suffix(".out").read_text(errors="replace")
-    except OSError:
+    text = _read_result(base.with_suffix(".out"), "step output")
+    if text is None:
         res.error = "no output file (step never ran)"
         return res
     if test in PERFTEST_TOOLS:
@@ -197,10 +207,7 @@ def load_groups(results: Path) -> tuple[dict, list[PairResult]]:
 def read_retest(path: Path, nodes: set[str]) -> list[tuple[int, Pair]]:
     """``NN a b`` lines of a retest pass (what 'pairs retest-plan' printed); lines that do
     not name two sweep nodes are not ours and are skipped."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()[:100_000]
-    except OSError:
-        return []
+    lines = (_read_result(path, "retest list") or "").splitlines()[:100_000]
     out = []
     for line in lines:
         parts = line.split()
@@ -400,11 +407,17 @@ def gpu_stage(results: Path, plan: dict) -> dict[str, str | None]:
     or no result at all: the node never ran it). Empty when the sweep had no GPU stage."""
     if not plan.get("gpu_stage"):
         return {}
-    from slurmfabric.health.state import read_json, safe_name
+    import json
+
+    from slurmfabric.health.state import safe_name
 
     verdicts: dict[str, str | None] = {}
     for node in plan["nodes"]:
-        report = read_json(results / f"gpu-{safe_name(node)}.json")
+        text = _read_result(results / f"gpu-{safe_name(node)}.json", "GPU burn-in result")
+        try:
+            report = json.loads(text) if text is not None else None
+        except (ValueError, RecursionError):
+            report = None
         if not isinstance(report, dict):
             verdicts[node] = "no GPU burn-in result (see gpu-stage.out)"
         elif report.get("exit_code") != 0:

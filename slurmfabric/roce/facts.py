@@ -120,8 +120,11 @@ class Tools:
 
 
 def _read(root: str, path: str) -> str | None:
+    from slurmfabric._sysfs import open_nonblocking  # a FIFO under --root must not block
+
     try:
-        with open(os.path.join(root, path.lstrip("/")), errors="replace") as handle:
+        with open(os.path.join(root, path.lstrip("/")), errors="replace",
+                  opener=open_nonblocking) as handle:
             return handle.read(4096).strip()
     except OSError:
         return None

@@ -13,6 +13,7 @@ import os
 from slurmfabric import _sysfs
 
 _CHUNK = 1 << 16
+_MAX_BYTES = 4 << 20  # sysfs attributes are a page; /proc/net/* tables a few hundred KB
 
 
 def _read(path: str) -> str | None:
@@ -20,15 +21,20 @@ def _read(path: str) -> str | None:
     a node's discovery reads ~600 files on every rank. Same results: None when unreadable
     (ENOENT, EINVAL on a GID without netdev, EACCES, ENODEV, EISDIR), text stripped."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # O_NONBLOCK: a FIFO in a replayed tree (--sysfs-root, a snapshot) opens at once and
+        # reads as empty instead of waiting for a writer; no effect on sysfs or regular files.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         data = os.read(fd, _CHUNK)
         if len(data) == _CHUNK:  # a short read is EOF for sysfs, seq_file procfs and files
-            chunks = [data]
+            chunks, total = [data], len(data)
             while chunk := os.read(fd, _CHUNK):
                 chunks.append(chunk)
+                total += len(chunk)
+                if total > _MAX_BYTES:  # no attribute is this big: /dev/zero, not sysfs
+                    return None
             data = b"".join(chunks)
     except OSError:
         return None

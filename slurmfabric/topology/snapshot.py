@@ -31,6 +31,7 @@ from slurmfabric.topology.model import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import tarfile  # imported at run time only by the functions that read or write tarballs
     from typing import Any
 
 FORMAT = 1
@@ -145,6 +146,76 @@ def write_tarball(root: object, path: str | os.PathLike[str]) -> Topology:
     return topo
 
 
+# A tarball from 'topo snapshot' holds a few thousand small sysfs files (~1 MB unpacked);
+# these bounds only stop a crafted one (a gzip bomb, a million members) from filling /tmp.
+TAR_MAX_MEMBERS = 200_000
+TAR_MAX_BYTES = 256 << 20
+
+
+def _tar_refusal(member: tarfile.TarInfo) -> str | None:
+    """Why a member has no place in a snapshot: only relative files, directories and links
+    inside the tree (what write_tarball writes); devices, FIFOs and escaping names are
+    refused before anything is extracted."""
+    name = member.name
+    if name.startswith("/"):
+        return "has an absolute path"
+    if ".." in name.replace("\\", "/").split("/"):
+        return "has a '..' component (a path out of the tree)"
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        kind = ("a device node" if member.ischr() or member.isblk() else
+                "a FIFO" if member.isfifo() else f"of tar type {member.type!r}")
+        return f"is {kind}, not a file, directory or link"
+    if member.issym() or member.islnk():
+        target = member.linkname
+        here = os.path.dirname(name) if member.issym() else ""
+        resolved = os.path.normpath(os.path.join(here, target))
+        if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+            return f"links out of the tree (to {target!r})"
+    return None
+
+
+def _extract(raw: bytes, path: object, dest: str) -> None:
+    """Unpack a snapshot tarball into ``dest``, or a one-line UsageError naming the file.
+
+    Python's extraction filter ``data`` (tarfile docs, "Extraction filters", 3.11.4+) is the
+    second line: it refuses absolute and escaping links and special files, but by raising
+    FilterError, and a truncated gzip stream raises EOFError/zlib.error; all end here."""
+    import io
+    import tarfile
+    import zlib
+
+    from slurmfabric.errors import UsageError
+    from slurmfabric.textcheck import one_line
+
+    what = f"topology snapshot {path}"
+    hint = "create it with 'slurmfabric topo snapshot -o FILE'"
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            members, total = [], 0
+            for member in tar:
+                label = one_line(repr(member.name), 120)
+                why = _tar_refusal(member)
+                if why:
+                    raise UsageError(f"{what}: member {label} {why}", hint)
+                total += member.size if member.isreg() else 0
+                members.append(member)
+                if len(members) > TAR_MAX_MEMBERS or total > TAR_MAX_BYTES:
+                    raise UsageError(f"{what}: more than {TAR_MAX_MEMBERS} members or "
+                                     f"{TAR_MAX_BYTES} bytes unpacked; not a snapshot", hint)
+            if not hasattr(tarfile, "data_filter"):  # pragma: no cover - Python < 3.11.4
+                raise UsageError(f"{what}: this Python cannot unpack a tarball safely",
+                                 "use Python >= 3.11.4, or a JSON snapshot (topo snapshot --json)")
+            tar.extractall(dest, members=members, filter="data")
+    except tarfile.FilterError as exc:
+        label = one_line(repr(exc.tarinfo.name), 120)
+        raise UsageError(f"{what}: member {label} refused: {one_line(str(exc), 200)}",
+                         hint) from None
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        detail = one_line((str(exc) or type(exc).__name__).splitlines()[0], 200)
+        raise UsageError(f"{what}: not a readable tarball (truncated or corrupt: {detail})",
+                         hint) from None
+
+
 def load(path: str | os.PathLike[str]) -> Topology:
     """Read a snapshot written by ``write_json`` or ``write_tarball``."""
     import io
@@ -159,15 +230,11 @@ def load(path: str | os.PathLike[str]) -> Topology:
     if not path.exists():
         raise TopologyError(f"no such topology snapshot: {path}")
     raw = read_bytes(str(path), "topology snapshot", 256 << 20)  # regular file, capped
-    if tarfile.is_tarfile(io.BytesIO(raw)):
+    if raw[:2] == b"\x1f\x8b" or tarfile.is_tarfile(io.BytesIO(raw)):  # gzip magic: a tarball
         from slurmfabric.topology import discover
 
         with tempfile.TemporaryDirectory(prefix="slurmfabric-topo-") as tmp:
-            with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
-                if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse escaping links
-                    tar.extractall(tmp, filter="data")
-                else:  # pragma: no cover - older Pythons
-                    tar.extractall(tmp)  # noqa: S202
+            _extract(raw, path, tmp)
             if not os.path.isdir(os.path.join(tmp, "sys")):
                 raise TopologyError(f"{path}: the tarball holds no sys/ tree",
                                     hint="create it with 'slurmfabric topo snapshot -o FILE'")

@@ -16,7 +16,7 @@ RESULTS=/shared/sweep1
 STEP_ARGS=(--nodes=2 --ntasks=16 --ntasks-per-node=8 --exact --gpus-per-node=8 --mpi=pmix --cpu-bind=none)
 TEST_CMD=(all_reduce_perf -b 1G -e 8G -f 2 -g 1)
 # shellcheck disable=SC2016  # expanded by the task's /bin/sh, not here
-TASK_WRAPPER='echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} start $(date +%s.%N)" >> "$0"; "$@"; rc=$?; echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} end $(date +%s.%N) $rc" >> "$0"; exit $rc'
+TASK_WRAPPER='echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} start $(date +%s.%N)" >> "$0"; (exec "$@"); rc=$?; echo "$SLURM_PROCID ${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_STEP_ID:-?} end $(date +%s.%N) $rc" >> "$0"; exit $rc'
 
 run_pair() {  # dir round a b: one two-node job step, output kept per pair
   local base="$1/round-$2/$3+$4"

@@ -222,3 +222,260 @@ def _fill(arg: str, subs: dict[str, str]) -> str:
     for key, value in subs.items():
         arg = arg.replace(key, value)
     return arg
+
+
+def _clean_refusal(argv: list[str], proc: subprocess.CompletedProcess, names: str) -> str | None:
+    """Exit 2, one error line naming ``names`` (a file), at most a HINT line more."""
+    err = proc.stderr.decode("utf-8", "replace")
+    lines = [line for line in err.splitlines() if line.strip()]
+    if "Traceback" in err or proc.returncode == 70 or "internal error" in err:
+        return f"{argv}: traceback/internal error (rc {proc.returncode}): {err[-600:]}"
+    if proc.returncode != 2:
+        return f"{argv}: exit {proc.returncode} (want 2): {err[-300:]}"
+    if len(lines) > 2 or (len(lines) == 2 and not lines[1].startswith("HINT:")):
+        return f"{argv}: more than one error line (and a HINT): {err[-600:]}"
+    if not lines or "error" not in lines[0] or names not in lines[0]:
+        return f"{argv}: the error does not name {names!r}: {err[-300:]}"
+    return None
+
+
+def _tarball(path: Path, members: list[tuple[str, str, bytes | str]], mode: str = "w:gz") -> None:
+    """A tarball with a sys/ tree plus ``members``: (name, kind, data or link target)."""
+    import io
+    import tarfile
+
+    kinds = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
+             "hardlink": tarfile.LNKTYPE, "chardev": tarfile.CHRTYPE,
+             "blockdev": tarfile.BLKTYPE, "fifo": tarfile.FIFOTYPE}
+    with tarfile.open(path, mode) as tar:
+        top = tarfile.TarInfo("sys")
+        top.type, top.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(top)
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            info.type = kinds[kind]
+            if kind == "file":
+                assert isinstance(data, bytes)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                continue
+            if kind in ("symlink", "hardlink"):
+                info.linkname = str(data)
+            if kind in ("chardev", "blockdev"):
+                info.devmajor, info.devminor = 1, 5  # /dev/zero
+            tar.addfile(info)
+
+
+# name -> members of a hostile snapshot tarball (each beside an ordinary sys/ tree)
+TARBALLS: dict[str, list[tuple[str, str, bytes | str]]] = {
+    "traversal": [("../escaped", "file", b"x")],
+    "traversal-inside": [("sys/../../escaped", "file", b"x")],
+    "absolute": [("/tmp/slurmfabric-hostile-absolute", "file", b"x")],
+    "symlink-absolute": [("sys/zero", "symlink", "/dev/zero")],
+    "symlink-up": [("sys/passwd", "symlink", "../../../../etc/passwd")],
+    "symlink-then-write": [("sys/up", "symlink", "../.."), ("sys/up/escaped", "file", b"x")],
+    "hardlink-absolute": [("sys/h", "hardlink", "/etc/passwd")],
+    "hardlink-up": [("sys/h", "hardlink", "../etc/passwd")],
+    "device-char": [("sys/zero", "chardev", "")],
+    "device-block": [("sys/disk", "blockdev", "")],
+    "fifo": [("sys/fifo", "fifo", "")],
+    "claims-10-GB": [],  # a header that claims a huge member, made below
+}
+
+
+def test_hostile_snapshot_tarballs_are_refused_cleanly(tmp_path: Path, hostile_report) -> None:
+    """topo --from on a tarball Python's tar filter would refuse (or that is cut short) must
+    say which file and member, exit 2, and leave nothing outside its scratch directory."""
+    import gzip
+    import tarfile
+
+    work = tmp_path / "work"
+    work.mkdir()
+    paths: dict[str, Path] = {}
+    for name, members in TARBALLS.items():
+        paths[name] = work / f"{name}.tar.gz"
+        _tarball(paths[name], members)
+    huge = tarfile.TarInfo("sys/huge")
+    huge.size = 10 << 30
+    header = huge.tobuf(format=tarfile.GNU_FORMAT)
+    paths["claims-10-GB"].write_bytes(gzip.compress(header + b"\0" * 4096))
+    good = work / "good.tar.gz"
+    _tarball(good, [(f"sys/f{i}", "file", os.urandom(512)) for i in range(64)])
+    data = good.read_bytes()
+    for name, cut in (("truncated-gzip", data[: len(data) // 2]), ("truncated-header", data[:20]),
+                      ("gzip-magic-then-garbage", b"\x1f\x8b" + os.urandom(4000)),
+                      ("not-gzip", os.urandom(4000))):
+        paths[name] = work / f"{name}.tar.gz"
+        paths[name].write_bytes(cut)
+    failures = []
+    for name, path in paths.items():
+        argv = ["topo", "--from", str(path)]
+        try:
+            proc = _run(argv, work)
+        except subprocess.TimeoutExpired:
+            failures.append(f"{name}: no answer within {DEADLINE} s")
+            continue
+        if name == "not-gzip":  # neither a tarball nor JSON: exit 1 or 2, still one line
+            problem = _check(argv, proc)
+        else:
+            problem = _clean_refusal(argv, proc, str(path))
+        if problem:
+            failures.append(f"{name}: {problem}")
+    escaped = [p for p in (tmp_path / "escaped", work.parent.parent / "escaped",
+                           Path("/tmp/slurmfabric-hostile-absolute")) if p.exists()]
+    hostile_report(f"hostile snapshot tarballs: {len(paths)} runs, {len(failures)} problems")
+    assert not escaped, f"a member was written outside the scratch directory: {escaped}"
+    assert not failures, "\n".join(failures)
+
+
+# plan.json contents that 'pairs submit' never writes
+PLANS: dict[str, object] = {
+    "no-nodes-key": {"rounds": []},
+    "no-nodes": {"nodes": [], "rounds": []},
+    "one-node": {"nodes": ["a"], "rounds": []},
+    "nodes-not-a-list": {"nodes": "a,b", "rounds": []},
+    "unknown-node": {"nodes": ["a", "b"], "rounds": [[["a", "c"]]]},
+    "non-string-nodes": {"nodes": [1, 2], "rounds": [[[1, 2]]]},
+    "null-node": {"nodes": ["a", None], "rounds": [[["a", None]]]},
+    "non-string-in-pair": {"nodes": ["a", "b"], "rounds": [[["a", 7]]]},
+    "path-as-node": {"nodes": ["../../x", "b"], "rounds": [[["../../x", "b"]]]},
+    "duplicate-node": {"nodes": ["a", "a", "b"], "rounds": [[["a", "b"]]]},
+    "same-node-twice": {"nodes": ["a", "b"], "rounds": [[["a", "a"]]]},
+    "pair-as-string": {"nodes": ["a", "b"], "rounds": [["ab"]]},
+    "pair-of-three": {"nodes": ["a", "b", "c"], "rounds": [[["a", "b", "c"]]]},
+    "rounds-not-lists": {"nodes": ["a", "b"], "rounds": [5]},
+    "batch-unknown": {"nodes": ["a", "b"], "rounds": [[["a", "z"]]], "pattern": "k-batch"},
+    "bad-pattern": {"nodes": ["a", "b"], "rounds": [], "pattern": 3},
+    "bad-threshold": {"nodes": ["a", "b"], "rounds": [[["a", "b"]]],
+                      "judge": {"threshold": "high"}},
+    "bad-reference": {"nodes": ["a", "b"], "rounds": [[["a", "b"]]],
+                      "judge": {"reference": ["x"]}},
+    "judge-not-a-dict": {"nodes": ["a", "b"], "rounds": [[["a", "b"]]], "judge": [1]},
+}
+
+
+def test_pair_plans_of_the_wrong_shape(tmp_path: Path, hostile_report) -> None:
+    failures = []
+    for name, plan in PLANS.items():
+        results = tmp_path / name
+        results.mkdir()
+        (results / "plan.json").write_text(json.dumps(plan))
+        for argv in (["pairs", "report", str(results)],
+                     ["pairs", "retest-plan", str(results), "--pass", "1"]):
+            try:
+                proc = _run(argv, tmp_path)
+            except subprocess.TimeoutExpired:
+                failures.append(f"{name}: {argv}: no answer within {DEADLINE} s")
+                continue
+            problem = _clean_refusal(argv, proc, str(results / "plan.json"))
+            if problem:
+                failures.append(f"{name}: {problem}")
+    hostile_report(f"pair plans of the wrong shape: {len(PLANS)} plans, {len(failures)} "
+                   "problems")
+    assert not failures, "\n".join(failures)
+
+
+# files of a results directory that a report reads -> what it must be refused as
+RESULT_FILES = {"round-01/a+b.out", "round-01/a+b.tasks", "round-01/a+b.rc", "retest-1.pairs",
+                "gpu-a.json"}
+
+
+def test_results_directories_with_links_to_devices(tmp_path: Path, hostile_report) -> None:
+    """Each file of a results directory is read as what it is after following links: a
+    symlink to /dev/zero (or a FIFO) in place of a step's output is an error naming it, within
+    the memory limit, never gigabytes read."""
+    plan = {"nodes": ["a", "b"], "rounds": [[["a", "b"]]], "gpu_stage": ["x"]}
+    failures, runs = [], 0
+    for index, (relative, kind) in enumerate(
+            (r, k) for r in sorted(RESULT_FILES) for k in ("dev-zero", "fifo")):
+        results = tmp_path / f"r{index}"
+        (results / "round-01").mkdir(parents=True)
+        (results / "plan.json").write_text(json.dumps(plan))
+        target = results / relative
+        if kind == "dev-zero":
+            target.symlink_to("/dev/zero")
+        else:
+            os.mkfifo(target)
+        for argv in (["pairs", "report", str(results)],
+                     ["pairs", "retest-plan", str(results), "--pass", "1"]):
+            if "gpu" in relative and "retest-plan" in argv:
+                continue  # the retest plan does not read the GPU stage
+            runs += 1
+            try:
+                proc = _run(argv, tmp_path)
+            except subprocess.TimeoutExpired:
+                failures.append(f"{relative} ({kind}): {argv}: no answer within {DEADLINE} s")
+                continue
+            problem = _clean_refusal(argv, proc, str(target))
+            if problem:
+                failures.append(f"{relative} ({kind}): {problem}")
+    samples = tmp_path / "roce"
+    samples.mkdir()
+    (samples / "n1.0.json").symlink_to("/dev/zero")
+    argv = ["roce", "report", str(samples)]
+    runs += 1
+    problem = _clean_refusal(argv, _run(argv, tmp_path), str(samples / "n1.0.json"))
+    if problem:
+        failures.append(problem)
+    hostile_report(f"results directories with device links: {runs} runs, {len(failures)} "
+                   "problems")
+    assert not failures, "\n".join(failures)
+
+
+STDIN_MAX_RSS = 256 << 20  # bounded readers keep at most a capped input (64 MB) in memory
+
+
+def _run_stdin_zero(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, int]:
+    """Run with /dev/zero on stdin; also return the child's peak resident set (bytes). The
+    address-space limit alone would hide an unbounded read: the CLI turns the MemoryError
+    at 1 GiB into a one-line error, after reading a gigabyte."""
+    import tempfile
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "MASTER_"))}
+    env.update(SLURMFABRIC_SITE_DEFAULTS="", SLURM_JOB_ID="7", SLURM_JOB_NODELIST="n1",
+               SLURM_JOB_NUM_NODES="1")
+    argv = [sys.executable, "-m", "slurmfabric", *argv]
+    with open("/dev/zero", "rb") as zero, tempfile.TemporaryFile() as out, \
+            tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=zero, stdout=out, stderr=err,
+                                preexec_fn=_limits)
+        deadline = time.monotonic() + DEADLINE
+        while True:  # os.wait4: the child's own rusage (ru_maxrss, KiB on Linux)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                raise subprocess.TimeoutExpired(argv, DEADLINE)
+            time.sleep(0.05)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
+    return done, usage.ru_maxrss * 1024
+
+
+def test_standard_input_is_bounded(tmp_path: Path, hostile_report) -> None:
+    """/dev/zero on stdin for every command that reads '-' (and every file argument given
+    '-'): refused within the address-space limit and the deadline, never read whole."""
+    subs = {"{GOOD_LINKS}": _good_links(), "{TMP}": str(tmp_path), "{IN}": "-"}
+    runs = [[_fill(arg, subs) for arg in template] for template in COMMANDS
+            if any("{IN}" in arg for arg in template)]
+    runs += [["hostlist", action, "-"] for action in ("expand", "compress", "count")]
+    runs += [["hostlist", "expand", "n1", "-"], ["nccl-log"]]
+    failures = []
+    for argv in runs:
+        try:
+            proc, peak = _run_stdin_zero(argv, tmp_path)
+        except subprocess.TimeoutExpired:
+            failures.append(f"{argv}: no answer within {DEADLINE} s")
+            continue
+        problem = _check(argv, proc)
+        if problem:
+            failures.append(problem)
+        elif peak > STDIN_MAX_RSS or b"too large for memory" in proc.stderr:
+            failures.append(f"{argv}: read stdin unbounded ({peak >> 20} MiB resident)")
+    hostile_report(f"/dev/zero on stdin: {len(runs)} command runs, {len(failures)} problems")
+    assert not failures, "\n".join(failures)

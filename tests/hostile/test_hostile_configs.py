@@ -436,3 +436,106 @@ def test_thousands_of_hostile_configs(stubs: Path, tmp_path: Path, hostile_repor
     failures.sort(key=lambda line: line.startswith("shellcheck"))  # the short ones first
     assert not failures, "\n".join(failures[:30]) + f"\n... {len(failures)} problems"
     assert counts["tried"] >= 4000, counts
+
+
+# Values that mean something else to bash where a command name or a ``cd`` operand stands:
+# '%...' is the 'fg' builtin (bash manual, "Job Control Basics"), a builtin's name runs the
+# builtin ('eval' would run the launch line's arguments as code), '-' is ``cd "$OLDPWD"``, and
+# a relative ``cd`` operand is looked up in CDPATH. Each must be refused naming its field, or
+# name exactly the program (directory) it says.
+COMMAND_NAMES = ["%stub", "%", "%1", "%%", "%-", "%+", "eval", "exec", "command", "builtin",
+                 "fg", "-", "-stub", "+stub", "~stub", "~", "%d/stub"]
+COMMAND_FIELDS = {"launcher.slurmfabric": ("srun", "slurmfabric"),
+                  "launcher.mpirun": ("mpirun", "mpirun"),
+                  "launcher.torchrun": ("torchrun", "torchrun")}
+WORKDIRS = ["-", "--", "-P", "%", "%1", "~", "~x", "+", "wd", "..x", "-L/x"]
+
+
+def _command_case(root: Path, stubs: Path, index: int, field: str | None,
+                  value: str) -> tuple[Path, str | None, dict[str, str]]:
+    """Render one config with ``value`` in ``field`` (None: program.workdir) and prepare its
+    sandbox: (case dir, the ConfigError text or None, the script's environment)."""
+    here = root / f"cmd{index}"
+    (here / "bin").mkdir(parents=True)
+    launcher = COMMAND_FIELDS[field][0] if field else "srun"
+    data: dict = {
+        "job": {"nodes": 2, "partition": "debug"},
+        "launcher": {"type": launcher, "slurmfabric": str(stubs / "slurmfabric"),
+                     "torchrun": str(stubs / "torchrun"), "mpirun": str(stubs / "mpirun")},
+        "program": {"command": [str(stubs / "probe"), "fixed-arg"]},
+    }
+    if launcher == "torchrun":
+        data["launcher"]["nproc_per_node"] = 2
+    else:
+        data["job"]["ntasks_per_node"] = 2
+    if field:
+        data["launcher"][field.split(".")[1]] = value
+        # the name on PATH (or, with a '/', relative to the job's directory) is the stub
+        target = here / value if "/" in value else here / "bin" / value
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(stubs / COMMAND_FIELDS[field][1])
+    else:
+        data["program"]["workdir"] = value
+        (here / value).mkdir(parents=True, exist_ok=True)
+        (here / "decoy" / value).mkdir(parents=True)  # what CDPATH would pick
+    (here / "job.toml").write_text(_toml(data), encoding="utf-8")
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SLURMFABRIC_")}
+    try:
+        config = load_config(here / "job.toml", [], site_defaults="")
+        (here / "job.sh").write_text(render_sbatch(config), encoding="utf-8")
+    except ConfigError as error:
+        return here, "\n".join(error.problems), {}
+    finally:
+        os.environ.update(saved)
+    sf = config.launcher.slurmfabric
+    env = {
+        "PATH": f"{here / 'bin'}:{stubs}:/usr/bin:/bin", "REC": str(here / "rec"),
+        "STUB_SF": sf, "STUB_PY": sys.executable, "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2",
+        "SLURM_NODEID": "0", "SLURMD_NODENAME": "n1", "LANG": "C.UTF-8", "HOME": str(here),
+        "SLURMFABRIC_PORT_DIR": str(here / "ports"), "CDPATH": str(here / "decoy"),
+    }
+    return here, None, env
+
+
+def test_command_names_and_cd_operands_are_data(stubs: Path, tmp_path: Path,
+                                                hostile_report) -> None:
+    cases = [(f, v) for f in COMMAND_FIELDS for v in COMMAND_NAMES]
+    cases += [(None, v) for v in WORKDIRS]
+    failures, ran, refused = [], 0, 0
+    for index, (field, value) in enumerate(cases):
+        name = field or "program.workdir"
+        here, error, env = _command_case(tmp_path, stubs, index, field, value)
+        if error is not None:
+            refused += 1
+            if name not in error or not all(line.isprintable() for line in error.split("\n")):
+                failures.append(f"{name} = {value!r}: unclear refusal {error!r}")
+            continue
+        ran += 1
+        proc = subprocess.run(["bash", str(here / "job.sh")], cwd=here, env=env,
+                              capture_output=True, timeout=120)
+        err = proc.stderr.decode(errors="replace")
+        records = _records_in(here)
+        if proc.returncode or "job control" in err:
+            failures.append(f"{name} = {value!r}: script exit {proc.returncode}: {err[-300:]}")
+            continue
+        stub = {"launcher.mpirun": "STUB:mpirun", "launcher.torchrun": "STUB:torchrun"}.get(
+            name, "STUB:slurmfabric")
+        if not any(r[0] == stub for r in records) or not any(r[0] == "STUB:probe"
+                                                             for r in records):
+            failures.append(f"{name} = {value!r}: {stub} or the program never ran: "
+                            f"{[r[0] for r in records]}")
+        if field is None:
+            cwd = (here / "rec.cwd").read_text().rstrip("\n")
+            if cwd != str(here / value):
+                failures.append(f"program.workdir = {value!r}: ran in {cwd!r}, not "
+                                f"{str(here / value)!r}")
+    hostile_report(f"command names and cd operands: {len(cases)} configs, {refused} refused, "
+                   f"{ran} run, {len(failures)} problems")
+    assert not failures, "\n".join(failures[:30])
+
+
+def _records_in(directory: Path) -> list[list[str]]:
+    raw = (directory / "rec").read_bytes() if (directory / "rec").exists() else b""
+    return [[p.decode("utf-8", "surrogateescape") for p in chunk.split(b"\x00")[:-1]]
+            for chunk in raw.split(b"\x01\x00") if chunk]

@@ -410,3 +410,27 @@ def test_a_large_sweeps_svg_is_one_bar_per_node_lowest_first(tmp_path, capsys):
     red = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")
            if t.get("fill") == "#7f0000" and t.text in nodes]
     assert red == ["n17"]
+
+
+@pytest.mark.parametrize("command", ["--command=-x", "--command= "])
+def test_submit_refuses_a_test_command_without_a_program(tmp_path, command) -> None:
+    """The task wrapper execs the command; a leading '-' would be exec's option."""
+    with pytest.raises(UsageError, match="--command"):
+        cmd.main(["submit", "--nodes", "n[1-4]", "--results", str(tmp_path / "r"), command,
+                  "--dry-run"])
+
+
+@pytest.mark.parametrize("name", ["%stub", "eval"])
+def test_task_wrapper_runs_the_command_as_a_program(tmp_path, name) -> None:
+    """'(exec "$@")': a name starting with '%' is not bash's fg ("Job Control Basics") and
+    a builtin's name is looked up on PATH, in sh and in bash."""
+    from slurmfabric.pairsweep.plan import _TASK_WRAPPER
+
+    stub = tmp_path / name
+    stub.write_text('#!/bin/sh\necho "ran $*"\n')
+    stub.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_PROCID": "0"}
+    for shell in ("/bin/sh", "bash"):
+        proc = subprocess.run([shell, "-c", _TASK_WRAPPER, str(tmp_path / "t.tasks"), name,
+                               "echo INJECTED"], env=env, capture_output=True, text=True)
+        assert proc.stdout == "ran echo INJECTED\n", (shell, proc.stdout, proc.stderr)

@@ -138,7 +138,7 @@ def test_nccl_tests_sweep_one_step_per_op() -> None:
 def test_mpirun_rank_count_and_mapping() -> None:
     launch = render_launch(config_for("mpirun", 'launcher.mpirun_args=["--mca", "btl", "^openib"]'))
     # every rank goes through launch --mode mpi, which binds it; so mpirun binds nothing
-    assert launch.startswith('mpirun_bin=mpirun\n"$mpirun_bin" -np 8 --map-by ppr:4:node '
+    assert launch.startswith('mpirun_bin=mpirun\nexec -- "$mpirun_bin" -np 8 --map-by ppr:4:node '
                              "--bind-to none "
                              "--mca btl '^openib' \\\n")
     assert " launch --mode mpi -- python train.py" in launch
@@ -164,7 +164,7 @@ def test_env_block_is_run_time_not_render_time() -> None:
     assert "export NCCL_DEBUG=INFO\n" in block
     assert "cd -- '/scratch/my run'\n" in block
     assert f"sf_bin='{SF}'\n" in block
-    assert 'slurmfabric_job_env="$("$sf_bin" env)"\neval "$slurmfabric_job_env"' in block
+    assert 'slurmfabric_job_env="$(exec -- "$sf_bin" env)"\neval "$slurmfabric_job_env"' in block
     script = render_sbatch(config)
     # nothing about the login node is frozen into the script
     import socket
@@ -313,3 +313,43 @@ def test_nccl_tests_mpi_plugin_and_gpus_per_rank() -> None:
     assert "#SBATCH --ntasks-per-node=2\n" in script  # 4 GPUs per node, 2 per rank
     with pytest.raises(ConfigError, match="gpus_per_rank: 3 does not divide"):
         config_for("nccl-tests", "launcher.nccl_tests.gpus_per_rank=3")
+
+
+def test_relative_workdir_is_written_as_a_path_not_a_cd_special() -> None:
+    """'cd -- -' is 'cd "$OLDPWD"' and a relative operand is searched in CDPATH (bash
+    manual, cd): a relative workdir gets './', an absolute or dotted one stays as it is."""
+    from slurmfabric.render import path_word
+
+    assert path_word("-") == "./-"
+    assert path_word("~") == "'./~'"
+    assert path_word("wd") == "./wd"
+    assert path_word("/scratch/run") == "/scratch/run"
+    assert path_word("../run") == "../run"
+    assert path_word("..x") == "./..x"
+    block = render_env_block(config_for("srun", "program.workdir=-"))
+    assert "cd -- ./-\n" in block
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_command_names_run_as_programs(launcher: str) -> None:
+    """A name starting with '%' in command position is bash's 'fg' ("Job Control Basics");
+    exec runs the program of that name instead, and never a builtin."""
+    script = render_sbatch(config_for(launcher, "launcher.slurmfabric=%sf",
+                                      "launcher.mpirun=%mpirun"))
+    assert 'slurmfabric_job_env="$(exec -- "$sf_bin" env)"\n' in script
+    assert "sf_check='type -P -- \"$1\"" in script
+    if launcher == "mpirun":
+        assert 'mpirun_bin=%mpirun\nexec -- "$mpirun_bin" -np ' in script
+    raw = script.splitlines()
+    commands = [line.strip() for before, line in zip(["", *raw], raw)
+                if not before.endswith("\\")]  # a continuation line holds arguments
+    assert not any(line.startswith(("%", '"$sf_bin"', '"$mpirun_bin"')) for line in commands)
+
+
+@pytest.mark.parametrize("value", ["-x", "--help", "", "a\nb"])
+def test_slurmfabric_bin_override_is_checked(value: str) -> None:
+    from slurmfabric.errors import UsageError
+    from slurmfabric.render import node_bin
+
+    with pytest.raises(UsageError, match="--slurmfabric-bin"):
+        node_bin(config_for("srun"), value)
