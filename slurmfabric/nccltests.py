@@ -208,8 +208,10 @@ def _cells(tokens: list[str], lead: list[str], old: bool) -> Row | None:
 
 def strip_launcher(line: str) -> str:
     """The line as nccl-tests printed it, without the launchers' rank or host tags."""
-    if "<std" in line:
-        line = _OMPI_TAG.sub("", line)
+    if "<std" in line:  # what precedes the last tag is a collector's or launcher's prefix
+        tags = list(_OMPI_TAG.finditer(line))
+        if tags:
+            line = line[tags[-1].end():]
     for _ in range(4):  # e.g. pdsh "host: " then srun "0: "; each pass removes one label
         match = _LEAD_LABEL.match(line)
         if match is None:

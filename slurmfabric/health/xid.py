@@ -160,6 +160,17 @@ def record_pci(message: str) -> str | None:
     return match.group("pci").lower() if match else None
 
 
+def _carry(message: str, pci: str | None, carried: int) -> tuple[str | None, int]:
+    """The bus id that the next record may continue: the one this NVRM record names, else
+    the previous one for up to 3 NVRM records (a message split over journal lines)."""
+    named = record_pci(message)
+    if named is not None:
+        return named, 0
+    if pci is not None and "NVRM" in message[:4096] and carried < 3:
+        return pci, carried + 1
+    return None, 0
+
+
 def _records(source: str) -> tuple[list[str], int]:
     """The records of a kmsg device (one per read, non-blocking) or of a recorded file."""
     try:
@@ -257,13 +268,14 @@ def collect(source: str, cursor_path: str, root: str = "/", jobs_dir: str | None
     events, history, gone = [], 0, []
     seen_gone: dict[str | None, dict] = {}
     pci_before: str | None = None
+    carried = 0
     for seq, us, message in parsed:
         if cursor is not None and seq <= cursor:
-            pci_before = record_pci(message)
+            pci_before, carried = _carry(message, pci_before, carried)
             continue
         xid = parse_xid(message)
         loss = parse_lost(message, pci_before) if xid is None else None
-        pci_before = record_pci(message)
+        pci_before, carried = _carry(message, pci_before, carried)
         if xid is None and loss is None:
             continue
         if cursor is None:
