@@ -473,6 +473,10 @@ def merge(reports: list[LogReport]) -> LogReport:
     """Several files (one per rank or node) as one report."""
     ranks = [r for rep in reports for r in rep.ranks]
     problems = [p for rep in reports for p in rep.problems]
+    if any(r.gdr is not None or r.uses_socket for r in ranks):
+        # one file per rank: a file that stops before the network choice is not "cannot
+        # tell" when another rank's file shows what the job used
+        problems = [p for p in problems if p.kind != "gdr_unknown"]
     version = next((rep.version for rep in reports if rep.version), None)
     return LogReport(ranks=ranks, problems=problems, version=version)
 

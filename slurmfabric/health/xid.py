@@ -365,8 +365,8 @@ def check_xid(facts: dict, expect: dict, ctx) -> CheckResult:
         values["lost_gpus"] = [{"pci": g.get("pci"), "gpu": g.get("gpu"), "what": g["what"],
                                 "time": g.get("time")} for g in gone]
     if facts.get("first_run") and facts.get("history"):
-        warn.append(f"first run: {facts['history']} older Xid message(s) in the kernel log "
-                    "were skipped; later runs judge new ones")
+        warn.append(f"first run: {facts['history']} older Xid or lost-GPU message(s) in the "
+                    "kernel log were skipped; later runs judge new ones")
     if facts.get("lost"):
         warn.append(f"{facts['lost']} kernel log record(s) were overwritten before they could "
                     "be read")

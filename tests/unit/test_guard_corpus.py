@@ -231,3 +231,13 @@ def test_a_few_slow_nodes_keep_the_per_node_verdict(slow: int) -> None:
     nodes, values = _sweep(16, slow)
     analysis = analyze(nodes, values)
     assert analysis.slow_group == [] and analysis.suspect_nodes == nodes[:slow]
+
+
+def test_one_file_per_rank_cannot_tell_only_when_no_file_can(tmp_path: Path, capsys) -> None:
+    unknown = CORPUS / "nccl" / "nccl-1713-2.27-tagged-no-network-line.log"
+    shown = tmp_path / "rank1.log"  # another rank's file that shows GDR (a made-up line)
+    shown.write_text("h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via "
+                     "NET/IB/0/GDRDMA\n")
+    assert nccl_log_cmd.main([str(unknown), str(shown), "--expect-gdr"]) == 0
+    assert nccl_log_cmd.main([str(unknown), str(unknown), "--expect-gdr"]) == 3
+    capsys.readouterr()
