@@ -167,7 +167,14 @@ NCCL_TESTS = {
     "bottlerocket-kernel-kit-313-indented-ompi-tag.txt": (9, 2.31, True),
     "nccl-tests-78-allreduce-4gbps-collapsed.txt": (2, 4.32, True),
     "nccl-tests-252-allreduce-ring-8g.txt": (5, 95.10, True),
+    "nccl-tests-290-srun-label-2node-h100-low.txt": (11, 155.57, True),
 }
+
+
+def test_srun_labelled_two_node_run_is_low_against_8_ndr_rails(capsys) -> None:
+    out = CORPUS / "nccltests" / "nccl-tests-290-srun-label-2node-h100-low.txt"
+    assert nccl_tests_cmd.main(["parse", str(out), "--ports", "8", "--port-rate", "400"]) == 1
+    assert "LOW BANDWIDTH: 155.57 GB/s busbw at 8589934592 B" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", sorted(NCCL_TESTS))
