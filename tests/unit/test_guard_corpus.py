@@ -168,6 +168,7 @@ NCCL_TESTS = {
     "nccl-tests-78-allreduce-4gbps-collapsed.txt": (2, 4.32, True),
     "nccl-tests-252-allreduce-ring-8g.txt": (5, 95.10, True),
     "nccl-tests-290-srun-label-2node-h100-low.txt": (11, 155.57, True),
+    "skypilot-gke-h200-ray-prefix-before-ompi-tag.txt": (7, 332.58, True),
 }
 
 
