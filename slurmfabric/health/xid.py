@@ -8,7 +8,9 @@ by the "Resolution Bucket (Immediate Action)" of NVIDIA's Xid catalog
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, read 2026-12-01; a
 copy with sources is in tests/fixtures/health/xid/). Actions that need the GPU reset, the
 node rebooted or support drain the node. Application errors (RESTART_APP: 13, 31, 43, ...)
-and IGNORE only warn. Sites override with ``xid_drain``/``xid_ignore``.
+and IGNORE only warn. Sites override with ``xid_drain``/``xid_ignore``. A GPU the driver
+lost drains whether or not an Xid line came with it ("fallen off the bus", "RmInitAdapter
+failed": ``parse_lost``), its bus id in the reason.
 
 /dev/kmsg record format (the kernel's Documentation/ABI/testing/dev-kmsg): one record per
 read(2), ``<priority>,<sequence>,<timestamp_us>,<flags>[,...];<message>``, with continuation
