@@ -109,10 +109,13 @@ _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[
 #   "NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)" and
 #   "rm_init_adapter failed, device minor number 0" (older: "...for device bearing minor
 #    number 0", "rm_init_adapter(0) failed"): the driver could not bring the GPU up.
+#   "NVRM: nvCheckOkFailedNoLog: GPU lost from the bus [NV_ERR_GPU_IS_LOST]" (RM's status
+#    0x0f, printed by its check macros after the GPU stopped answering; no bus id).
 _PCI = re.compile(r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
 _LOST = (("fallen off the bus", "fallen off the bus"),
          ("RmInitAdapter failed", "driver could not initialise it (RmInitAdapter failed)"),
          ("rm_init_adapter", "driver could not initialise it (rm_init_adapter failed)"),
+         ("NV_ERR_GPU_IS_LOST", "the driver lost it (NV_ERR_GPU_IS_LOST)"),
          ("None of the NVIDIA devices were initialized", "no NVIDIA device was initialised"),
          ("probe routine failed", "the driver's probe failed"))
 _MINOR = re.compile(r"minor number (?P<m>[0-9]{1,4})|rm_init_adapter\((?P<n>[0-9]{1,4})\)")

@@ -249,3 +249,13 @@ def test_one_file_per_rank_cannot_tell_only_when_no_file_can(tmp_path: Path, cap
     assert nccl_log_cmd.main([str(unknown), str(shown), "--expect-gdr"]) == 0
     assert nccl_log_cmd.main([str(unknown), str(unknown), "--expect-gdr"]) == 3
     capsys.readouterr()
+
+
+def test_gpu_is_lost_status_lines_join_the_xid_or_stand_alone(tmp_path: Path) -> None:
+    lost = "NVRM: nvCheckOkFailedNoLog: GPU lost from the bus [NV_ERR_GPU_IS_LOST]"
+    lines = (CORPUS.parent / "health" / "xid" / "kmsg_lines.txt").read_text().splitlines()
+    after_xid = judge_kernel_log("\n".join([lines[0], lost, lost]), tmp_path)
+    assert after_xid.status == FAIL and after_xid.reason.count("0000:2b:00") == 1
+    (tmp_path / "alone").mkdir()
+    alone = judge_kernel_log(lost, tmp_path / "alone")
+    assert alone.status == FAIL and "NV_ERR_GPU_IS_LOST" in alone.reason
