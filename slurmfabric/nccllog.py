@@ -257,7 +257,7 @@ class _Parser:
             self.problems.append(_timeout_problem(line.strip()[:200]))
 
     def info(self, r: RankInfo, msg: str) -> None:
-        if (m := _CHAIN.match(msg)) and msg[0] != "[":
+        if m := _CHAIN.match(msg):
             self.chain(r, m.group("src"), int(m.group("code")), m.group("tail") or "")
         elif m := _VERSION.match(msg):
             r.version = m.group("v")

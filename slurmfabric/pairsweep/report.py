@@ -339,10 +339,13 @@ def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float
     split = slow_group(values, threshold) if groups else None
     if split is None:
         return result
-    slow_nodes, fast_nodes = (sorted(side, key=nodes.index) for side in split)
+    order = {n: i for i, n in enumerate(nodes)}  # linear: a sweep may hold 8,192 nodes
+    slow_nodes, fast_nodes = (sorted(side, key=lambda n: (order.get(n, len(order)), n))
+                              for side in split)
     slow = set(slow_nodes)
     touching = {p: v for p, v in values.items() if v is not None and set(p) & slow}
-    missed = any(p not in set(result.low_pairs) for p in touching)
+    flagged_low = set(result.low_pairs)
+    missed = any(p not in flagged_low for p in touching)
     spilled = any(n not in slow for n in result.suspect_nodes) or any(
         set(p) & slow for p in result.suspect_links + result.unresolved)
     if not (missed or spilled):
