@@ -44,6 +44,27 @@ _GDR_LINE = re.compile(
     r"GPU Direct RDMA (?P<state>Enabled|Disabled) for (?:GPU \S+ / )?HCA (?P<hca>[0-9]{1,9})"
     r"(?: '(?P<name>[^']*)')?(?P<rest>.*)$"
 )
+# NCCL's error propagation: each function that returns an error prints "file.cc:LINE -> N"
+# as INFO on its way up (NCCLCHECK in src/include/checks.h), N an ncclResult_t.
+_CHAIN = re.compile(r"^(?P<src>[^\s:]{1,200}:[0-9]{1,6}) -> (?P<code>[0-9]{1,3})(?P<tail>\s.*)?$")
+# ncclResult_t (src/nccl.h.in; the same values in ext-profiler/inspector/nccl/common.h of
+# NVIDIA/nccl): 7 (ncclInProgress) is a non-blocking communicator still initialising, not
+# an error.
+NCCL_RESULT = {
+    1: "ncclUnhandledCudaError (a CUDA call failed)",
+    2: "ncclSystemError (a system call failed: memory, sockets, verbs)",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError (a peer failed or went away)",
+}
+# Frames whose failure means the communicator (its init, a group call or a collective) or
+# the proxy thread failed. A chain that stops below them was handled: NCCL 2.4 prints
+# "include/net.h:24 -> 2" when a plugin has no PCI path for a NIC, and carries on.
+_TOP_FRAMES = ("init.cc", "group.cc", "enqueue.cc", "collectives.cc", "init.cu")
+# WARNs that are failures by themselves: the proxy could not connect a peer.
+_FATAL_WARNS = ("Failed to execute operation", "Error encountered progressing operation")
+
 _COMPLETION = re.compile(
     r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<st>[0-9]{1,9})"
 )
@@ -61,7 +82,7 @@ WC_STATUS = {
 
 @dataclass
 class Problem:
-    severity: str  # "error" or "warning"
+    severity: str  # "error", "warning", or "unknown" (the log cannot answer what was asked)
     kind: str
     message: str
     remedy: str
@@ -97,6 +118,14 @@ class RankInfo:
     socket_selected: bool = False  # a "NET/Socket : Using" line (see finish() for 2.4)
     undetermined: str | None = None  # why the network cannot be told from this log
     transports: list[str] = field(default_factory=list)
+    # The failure NCCL propagated on this rank: its ncclResult_t, the frame it reached and
+    # the first WARN printed before it (the root line), with their line numbers.
+    error_code: int | None = None
+    error_frame: str | None = None
+    root: str | None = None
+    root_line: int | None = None
+    gave_up: bool = False  # the failure reached init/group/enqueue or the proxy thread
+    last_warn: tuple[str, int] | None = None
     channels: int | None = None
     trees: bool = False
     warnings: list[str] = field(default_factory=list)
@@ -138,10 +167,20 @@ class LogReport:
     def failed(self) -> bool:
         return any(p.severity == "error" for p in self.problems)
 
+    def verdict(self) -> str:
+        """FAIL on an error; UNKNOWN when the log cannot answer what was asked (no network
+        line to tell GPUDirect RDMA from); else OK. A log that cannot tell is not a pass."""
+        if self.failed():
+            return "FAIL"
+        if any(p.severity == "unknown" for p in self.problems):
+            return "UNKNOWN"
+        return "OK"
+
     def as_dict(self) -> dict:
         return {
             "version": self.version,
-            "ok": not self.failed(),
+            "ok": self.verdict() == "OK",
+            "verdict": self.verdict(),
             "ranks": [r.as_dict() for r in self.ranks],
             "problems": [p.as_dict() for p in self.problems],
         }
@@ -184,6 +223,7 @@ class _Parser:
         self.problems: list[Problem] = []
         self.version: str | None = None
         self.env: dict[str, str] = {}
+        self.lineno = 0
 
     def rank(self, host: str | None, pid: str | None, dev: int, label: str | None) -> RankInfo:
         node = host or (f"{self.source}#{label}" if label else self.source)
@@ -195,6 +235,7 @@ class _Parser:
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\r\n")
+        self.lineno += 1
         match = _MARK.search(line) if "NCCL " in line else None
         if match is None:
             self.loose(line)
@@ -216,7 +257,9 @@ class _Parser:
             self.problems.append(_timeout_problem(line.strip()[:200]))
 
     def info(self, r: RankInfo, msg: str) -> None:
-        if m := _VERSION.match(msg):
+        if m := _CHAIN.match(msg):
+            self.chain(r, m.group("src"), int(m.group("code")), m.group("tail") or "")
+        elif m := _VERSION.match(msg):
             r.version = m.group("v")
         elif m := re.match(r"Using (?:internal )?[Nn]etwork (.+)$", msg):
             r.network = m.group(1).strip()  # "Using internal Network IB" up to NCCL 2.3
@@ -273,7 +316,31 @@ class _Parser:
         if r.network is None:  # old logs print no "Using network" line
             r.network = net.group("net")
 
+    def chain(self, r: RankInfo, src: str, code: int, tail: str) -> None:
+        """One ``file.cc:LINE -> N`` step. The root of a failure is the WARN just before its
+        first step (else that step); the communicator is lost once a chain reaches a
+        top-level frame or the proxy's progress thread."""
+        if code not in NCCL_RESULT:
+            return
+        if r.error_code is None:
+            r.error_code, r.error_frame = code, src
+            if r.root is None:
+                r.root, r.root_line = r.last_warn or (f"{src} -> {code}", self.lineno)
+        top = src.rsplit("/", 1)[-1].split(":", 1)[0] in _TOP_FRAMES
+        if (top or "Progress Thread" in tail) and not r.gave_up:
+            r.gave_up, r.error_frame = True, src
+
     def warn(self, r: RankInfo, msg: str, src: str) -> None:
+        line = (f"{src} {msg}".strip(), self.lineno)
+        if any(text in msg for text in _FATAL_WARNS) and not r.gave_up:
+            code = re.search(r"(?:retcode|res=)\s?([0-9]{1,3})", msg)
+            value = int(code.group(1)) if code else 3
+            r.gave_up = True
+            if r.error_code is None:
+                r.error_code = value if value in NCCL_RESULT else 3
+                r.error_frame = src or "proxy"
+                r.root, r.root_line = r.last_warn or line
+        r.last_warn = line
         r.warnings.append(msg)
         where = f"{r.key} {src}".strip()
         self.problems.append(classify_warning(msg, where))
@@ -406,12 +473,46 @@ def merge(reports: list[LogReport]) -> LogReport:
     """Several files (one per rank or node) as one report."""
     ranks = [r for rep in reports for r in rep.ranks]
     problems = [p for rep in reports for p in rep.problems]
+    if any(r.gdr is not None or r.uses_socket for r in ranks):
+        # one file per rank: a file that stops before the network choice is not "cannot
+        # tell" when another rank's file shows what the job used
+        problems = [p for p in problems if p.kind != "gdr_unknown"]
     version = next((rep.version for rep in reports if rep.version), None)
     return LogReport(ranks=ranks, problems=problems, version=version)
 
 
+def comm_failure(ranks: list[RankInfo]) -> Problem | None:
+    """One error for a communicator NCCL gave up on, naming the rank that failed first (the
+    earliest root line) and that line; the other ranks usually fail because of it."""
+    if not any(r.gave_up for r in ranks):
+        return None
+    failed = [r for r in ranks if r.error_code is not None]
+    first = min(failed, key=lambda r: (r.root_line or 0))
+    code = first.error_code or 3
+    who = f"rank {first.rank} " if first.rank is not None else ""
+    others = len(failed) - 1
+    more = f"; {others} more rank(s) show errors after it" if others else ""
+    remedy = {
+        1: "a CUDA call failed on that GPU: check it (nvidia-smi, Xid in the kernel log)",
+        2: "a system call failed on that node: for ibv_create_cq/ibv_create_qp/ibv_reg_mr "
+           "'Cannot allocate memory' raise the locked-memory limit (ulimit -l unlimited, "
+           "Slurm PropagateResourceLimits) and check the RDMA device's resources; for "
+           "sockets check the interfaces and firewalls",
+        6: "a peer went away first: read the log of the rank it names for the first error",
+    }.get(code, "read the root line: it names the call that failed")
+    return Problem(
+        "error", "comm_failed",
+        f"communicator failed: first on {who}{first.node} ({first.key}) with "
+        f"{NCCL_RESULT.get(code, code)} at {first.error_frame}; root: {first.root}{more}",
+        remedy, first.key,
+    )
+
+
 def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: bool,
                          allow_socket: bool) -> None:
+    failure = comm_failure(report.ranks)
+    if failure is not None:
+        report.problems.insert(0, failure)
     if env.get("NCCL_COLLNET_ENABLE") == "1" and report.ranks and not any(
             r.collnet_channels for r in report.ranks):
         report.problems.append(Problem(
@@ -453,3 +554,15 @@ def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: boo
                 "NCCL found no RDMA NIC; unless another plugin carries the traffic it falls "
                 "back to sockets", r.key,
             ))
+    if expect_gdr and report.ranks and all(
+            r.gdr is None and not r.uses_socket for r in report.ranks):
+        # No rank printed a channel over the network nor a GPU Direct RDMA line: the log
+        # ends before NCCL chose (an OFI log ending in "provider efa output empty list").
+        nets = sorted({r.network for r in report.ranks if r.network}) or ["none"]
+        report.problems.append(Problem(
+            "unknown", "gdr_unknown",
+            f"GPUDirect RDMA expected but the log cannot tell: no rank printed a network "
+            f"channel or a GPU Direct RDMA line (network: {', '.join(nets)})",
+            "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET past the first collective "
+            "and pass every rank's output; a log that stops at init is not a pass",
+        ))

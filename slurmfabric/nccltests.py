@@ -7,7 +7,9 @@ naming the columns, one row per message size with out-of-place and in-place
 ``1.04858e+06``; ``N/A`` with ``-c 0``), then ``# Out of bounds values : N OK|FAILED`` and
 ``# Avg bus bandwidth    : X``. Older versions have no ``root`` column and an ``error``
 column (a deviation, not a count); broadcast-style tests had no ``redop`` column. Launcher
-prefixes (``[1,0]<stdout>:`` from mpirun, ``0: `` from ``srun -l``) are stripped.
+tags are stripped wherever they stand (``strip_launcher``): ``[1,0]<stdout>:`` from Open MPI
+--tag-output (also after indentation or a timestamp), ``0: `` from ``srun -l``, ``[0] ``
+from -prepend-rank, ``host: `` from pdsh.
 
 Expected bandwidth rule (documented in ``expected_busbw``): the large-message bus bandwidth
 of an inter-node all_reduce approaches the node's summed NIC line rate. Standard library only.
@@ -19,7 +21,14 @@ import contextlib
 import re
 from dataclasses import asdict, dataclass, field
 
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
+# Launcher tags. Open MPI's --tag-output "[jobid,rank]<stdout>:" can sit anywhere: after
+# indentation, a quote, a log collector's timestamp, or another rank's unfinished line, so
+# it is removed wherever it appears. The others are leading labels, peeled off in turn:
+# srun --label "N: " (right-aligned), MPICH/Intel MPI -prepend-rank "[N] ", pdsh "host: ".
+_OMPI_TAG = re.compile(r"\[\d{1,9},\d{1,9}\]<std(?:out|err)>:")
+_LEAD_LABEL = re.compile(
+    r"^\s*(?:\d{1,9}:(?:\s+|$)|\[\d{1,9}\](?:\s+|$)|[A-Za-z][\w.-]{0,253}:\s+)"
+)
 _RANK = re.compile(
     r"^#\s+Rank\s+(?P<rank>[0-9]{1,9})(?:\s+Group\s+(?P<group>[0-9]{1,9}))?\s+Pid\s+(?P<pid>[0-9]{1,9})\s+on\s+"
     r"(?P<host>\S+)\s+device\s+(?P<dev>[0-9]{1,9})\s+\[(?P<bus>[^\]]+)\]\s+(?P<name>.+?)\s*$"
@@ -197,6 +206,20 @@ def _cells(tokens: list[str], lead: list[str], old: bool) -> Row | None:
     )
 
 
+def strip_launcher(line: str) -> str:
+    """The line as nccl-tests printed it, without the launchers' rank or host tags."""
+    if "<std" in line:  # what precedes the last tag is a collector's or launcher's prefix
+        tags = list(_OMPI_TAG.finditer(line))
+        if tags:
+            line = line[tags[-1].end():]
+    for _ in range(4):  # e.g. pdsh "host: " then srun "0: "; each pass removes one label
+        match = _LEAD_LABEL.match(line)
+        if match is None:
+            break
+        line = line[match.end():]
+    return line
+
+
 def parse(text: str) -> list[TestRun]:
     """All test runs in one output (a file may hold several collectives)."""
     runs: list[TestRun] = []
@@ -211,7 +234,7 @@ def parse(text: str) -> list[TestRun]:
         run = TestRun()
 
     for raw in text.splitlines():
-        line = _PREFIX.sub("", raw.rstrip())
+        line = strip_launcher(raw.rstrip())
         stripped = line.strip()
         if m := _COLLECTIVE.match(stripped):
             if "starting" in stripped and (run.rows or run.devices):
@@ -350,4 +373,9 @@ def judge(run: TestRun, rates_gbps: list[float] | None = None,
             )
         else:
             findings.append(f"bandwidth OK: {busbw:.2f} GB/s >= {low:.1f} GB/s")
+    elif busbw is not None:  # said, so a collapsed fabric (5 GB/s on 400G NICs) is seen
+        findings.append(
+            f"busbw {busbw:.2f} GB/s at {row.size} B: not judged without an expectation "
+            "(--rates, --ports, --discover or --expect-busbw)"
+        )
     return Verdict(ok=ok, findings=findings, busbw=busbw, expected=expected)

@@ -1,4 +1,9 @@
-"""``slurmfabric nccl-log FILE...``: did NCCL use the fabric the way the plan says?"""
+"""``slurmfabric nccl-log FILE...``: did NCCL use the fabric the way the plan says?
+
+Exit codes: 0 OK; 1 FAIL (a communicator that failed, a socket fallback, an error WARN, GDR
+off with --expect-gdr); 2 usage (no NCCL lines); 3 UNKNOWN: the log cannot answer what was
+asked (--expect-gdr on a log with no network channel or GPU Direct RDMA line).
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurmfabric nccl-log",
         description="Summarise NCCL_DEBUG=INFO output per rank (network, devices, GPUDirect "
-        "RDMA, channels, warnings); exit 1 on a socket fallback, an error, or GDR off "
-        "when --expect-gdr is given.",
+        "RDMA, channels, warnings); exit 1 on a failed communicator (a 'file.cc:N -> code' "
+        "chain reaching init/group/enqueue: the first failing rank and its root line are "
+        "named), a socket fallback, an error, or GDR off when --expect-gdr is given; exit 3 "
+        "(UNKNOWN) when --expect-gdr is given and the log cannot tell (no network line).",
     )
     p.add_argument("files", nargs="*", default=["-"], help="log files; '-' or none reads stdin")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -51,7 +58,7 @@ def render_table(report: LogReport) -> str:
             lines.append(f"  {p.severity.upper()} [{p.kind}] {p.where}: {p.message}")
             lines.append(f"    fix: {p.remedy}")
     lines.append("")
-    lines.append("result: " + ("FAIL" if report.failed() else "OK"))
+    lines.append("result: " + report.verdict())
     return "\n".join(lines)
 
 
@@ -73,4 +80,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         print(render_table(report))
-    return 1 if report.failed() else 0
+    return EXIT[report.verdict()]
+
+
+EXIT = {"OK": 0, "FAIL": 1, "UNKNOWN": 3}  # 2 is a usage error

@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _rates(args: argparse.Namespace) -> list[float] | None:
-    if args.rates:
+    if args.rates is not None:  # "--rates ''" is a mistake, not "no expectation"
         import argparse as _argparse
 
         from slurmfabric.commands._args import rates
@@ -58,8 +58,7 @@ def _rates(args: argparse.Namespace) -> list[float] | None:
         try:
             return rates(args.rates)
         except _argparse.ArgumentTypeError as exc:
-            raise UsageError(f"--rates {args.rates!r}: {exc}",
-                             "NIC port rates in Gb/s, e.g. --rates 400,400") from None
+            raise UsageError(f"--rates {args.rates!r}: {exc}") from None
     if args.ports:
         return [args.port_rate] * args.ports
     if args.discover:

@@ -456,6 +456,7 @@ def _report(args: argparse.Namespace) -> int:
                        "drop": round(d.drop, 4)} for d in drifted],
             "low_pairs": [list(p) for p in analysis.low_pairs],
             "suspect_nodes": analysis.suspect_nodes,
+            "slow_group": analysis.slow_group,
             "suspect_links": [list(p) for p in analysis.suspect_links],
             "messages": analysis.messages, "execution_problems": execution,
             "rounds_concurrent": {str(k): v for k, v in overlap.items()}, "gate": gate,
@@ -478,7 +479,7 @@ def _report(args: argparse.Namespace) -> int:
         for line in gate:
             print(line)
     bad = (analysis.suspect_nodes or analysis.suspect_links or analysis.unresolved or execution
-           or drifted or cables)
+           or drifted or cables or analysis.slow_group)
     return 1 if bad else 0
 
 

@@ -8,7 +8,9 @@ by the "Resolution Bucket (Immediate Action)" of NVIDIA's Xid catalog
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, read 2026-12-01; a
 copy with sources is in tests/fixtures/health/xid/). Actions that need the GPU reset, the
 node rebooted or support drain the node. Application errors (RESTART_APP: 13, 31, 43, ...)
-and IGNORE only warn. Sites override with ``xid_drain``/``xid_ignore``.
+and IGNORE only warn. Sites override with ``xid_drain``/``xid_ignore``. A GPU the driver
+lost drains whether or not an Xid line came with it ("fallen off the bus", "RmInitAdapter
+failed": ``parse_lost``), its bus id in the reason.
 
 /dev/kmsg record format (the kernel's Documentation/ABI/testing/dev-kmsg): one record per
 read(2), ``<priority>,<sequence>,<timestamp_us>,<flags>[,...];<message>``, with continuation
@@ -96,6 +98,27 @@ DRAIN_ACTIONS = frozenset({"RESET_GPU", "RESTART_BM", "RESTART_VM", "CONTACT_SUP
 # "caused by previous Xid 149" is text.
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
                   r"(?:\.[0-9A-Fa-f])?(?: [^()]{1,40})?\): (?P<xid>[0-9]{1,4}),? ?(?P<text>.*)")
+# A GPU the driver lost, with or without an Xid line (NVIDIA's open-gpu-kernel-modules,
+# src/nvidia/arch/nvalloc/unix/src/osinit.c and kernel-open/nvidia/nv.c; forms seen in
+# NVIDIA/NVSentinel#155, NVIDIA/open-gpu-kernel-modules#789, NVIDIA/gpu-operator#1146):
+#   "NVRM: The NVIDIA GPU 0000:b3:00.0\n NVRM: (PCI ID: 10de:26b5) installed in this system
+#    has\n NVRM: fallen off the bus and is not responding to commands." (one printk: one
+#    /dev/kmsg record with the newlines escaped as \x0a, or three journal lines)
+#   "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus." / "NVRM: GPU at 0000:01:00.0 has
+#    fallen off the bus." (older drivers)
+#   "NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)" and
+#   "rm_init_adapter failed, device minor number 0" (older: "...for device bearing minor
+#    number 0", "rm_init_adapter(0) failed"): the driver could not bring the GPU up.
+#   "NVRM: nvCheckOkFailedNoLog: GPU lost from the bus [NV_ERR_GPU_IS_LOST]" (RM's status
+#    0x0f, printed by its check macros after the GPU stopped answering; no bus id).
+_PCI = re.compile(r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
+_LOST = (("fallen off the bus", "fallen off the bus"),
+         ("RmInitAdapter failed", "driver could not initialise it (RmInitAdapter failed)"),
+         ("rm_init_adapter", "driver could not initialise it (rm_init_adapter failed)"),
+         ("NV_ERR_GPU_IS_LOST", "the driver lost it (NV_ERR_GPU_IS_LOST)"),
+         ("None of the NVIDIA devices were initialized", "no NVIDIA device was initialised"),
+         ("probe routine failed", "the driver's probe failed"))
+_MINOR = re.compile(r"minor number (?P<m>[0-9]{1,4})|rm_init_adapter\((?P<n>[0-9]{1,4})\)")
 _RECORD = re.compile(r"^(?P<pri>[0-9]{1,9}),(?P<seq>[0-9]{1,20}),(?P<us>[0-9]{1,20}),[^;]{0,64};")
 MAX_RECORDS = 200_000  # a ring buffer holds far fewer; more means the source is not kmsg
 
@@ -115,6 +138,42 @@ def parse_xid(message: str) -> dict[str, object] | None:
         return None
     return {"xid": int(match.group("xid")), "pci": match.group("pci").lower(),
             "text": match.group("text").strip()[:200]}
+
+
+def parse_lost(message: str, pci_before: str | None = None) -> dict[str, object] | None:
+    """A kernel message that means the driver lost a GPU (no Xid needed), else None.
+    ``pci_before``: the bus id of the NVRM record just before, for a message the driver
+    split over records ("The NVIDIA GPU 0000:b3:00.0" then "... fallen off the bus")."""
+    head = message[:4096]
+    if "NVRM" not in head or parse_xid(head) is not None:
+        return None
+    what = next((text for key, text in _LOST if key in head), None)
+    if what is None:
+        return None
+    pci = _PCI.search(head)
+    minor = _MINOR.search(head)
+    return {"what": what, "pci": pci.group("pci").lower() if pci else pci_before,
+            "minor": int(minor.group("m") or minor.group("n")) if minor else None,
+            "text": head.strip()[:200]}
+
+
+def record_pci(message: str) -> str | None:
+    """The GPU bus id an NVRM record names ("NVRM: The NVIDIA GPU 0000:b3:00.0")."""
+    if "NVRM" not in message[:4096]:
+        return None
+    match = _PCI.search(message[:4096])
+    return match.group("pci").lower() if match else None
+
+
+def _carry(message: str, pci: str | None, carried: int) -> tuple[str | None, int]:
+    """The bus id that the next record may continue: the one this NVRM record names, else
+    the previous one for up to 3 NVRM records (a message split over journal lines)."""
+    named = record_pci(message)
+    if named is not None:
+        return named, 0
+    if pci is not None and "NVRM" in message[:4096] and carried < 3:
+        return pci, carried + 1
+    return None, 0
 
 
 def _records(source: str) -> tuple[list[str], int]:
@@ -211,25 +270,44 @@ def collect(source: str, cursor_path: str, root: str = "/", jobs_dir: str | None
     note = ""
     if cursor is not None and newest is not None and newest < cursor:
         cursor, note = -1, "the log restarted (a reboot): every record is new"
-    events, history = [], 0
+    events, history, gone = [], 0, []
+    seen_gone: dict[str | None, dict] = {}
+    pci_before: str | None = None
+    carried = 0
     for seq, us, message in parsed:
         if cursor is not None and seq <= cursor:
+            pci_before, carried = _carry(message, pci_before, carried)
             continue
         xid = parse_xid(message)
-        if xid is None:
+        loss = parse_lost(message, pci_before) if xid is None else None
+        pci_before, carried = _carry(message, pci_before, carried)
+        if xid is None and loss is None:
             continue
         if cursor is None:
             history += 1
             continue
-        events.append({**xid, "seq": seq, "us": us, "time": round(boot + us / 1e6, 3)})
-    if events:
+        stamp = {"seq": seq, "us": us, "time": round(boot + us / 1e6, 3)}
+        if xid is not None:
+            events.append({**xid, **stamp})
+            continue
+        assert loss is not None
+        # One incident per GPU: "fallen off the bus" then "probe routine failed", or
+        # "RmInitAdapter failed!" then "rm_init_adapter failed ... minor number 0".
+        first_seen = seen_gone.get(loss["pci"])
+        if first_seen is None:
+            seen_gone[loss["pci"]] = {**loss, **stamp}
+            gone.append(seen_gone[loss["pci"]])
+        elif first_seen["minor"] is None:
+            first_seen["minor"] = loss["minor"]
+    if events or gone:
         jobs = running_jobs(jobs_dir, node)
         minors: dict[str, int | None] = {}
-        for event in events:
+        for event in events + gone:
             pci = str(event["pci"])
-            if pci not in minors:
+            if event["pci"] is not None and pci not in minors:
                 minors[pci] = gpu_minor(root, pci)
-            event["gpu"] = minors[pci]
+            gpu = minors.get(pci) if event["pci"] is not None else None
+            event["gpu"] = gpu if gpu is not None else event.get("minor")  # as the driver said
             # A second of slack: the prolog notes its start after reading the clock.
             event["jobs"] = [job for job, start in jobs if start - 1.0 <= float(event["time"])]
     last = newest if newest is not None else max(cursor or 0, 0)
@@ -238,8 +316,8 @@ def collect(source: str, cursor_path: str, root: str = "/", jobs_dir: str | None
     with open(tmp, "w") as handle:
         handle.write(f"{last}\n")
     os.replace(tmp, cursor_path)
-    return {"events": events, "first_run": cursor is None, "history": history, "lost": lost,
-            "note": note}
+    return {"events": events, "gone": gone, "first_run": cursor is None, "history": history,
+            "lost": lost, "note": note}
 
 
 def _action(xid: int, text: str, expect: dict) -> tuple[str, bool]:
@@ -258,11 +336,14 @@ def _action(xid: int, text: str, expect: dict) -> tuple[str, bool]:
 
 
 def check_xid(facts: dict, expect: dict, ctx) -> CheckResult:
-    """Fail on a new Xid whose catalog action needs a reset, reboot or support; warn on
+    """Fail on a new Xid whose catalog action needs a reset, reboot or support, and on a GPU
+    the driver lost without one (fallen off the bus, RmInitAdapter failed); warn on
     application errors, Xids the catalog does not know, and lost records."""
     events = list(facts.get("events") or [])
     values: dict[str, object] = {"new_xids": len(events), "lost_records": facts.get("lost", 0)}
-    bad, warn, seen = [], [], []
+    bad: list[str] = []
+    warn: list[str] = []
+    seen: list[dict] = []
     for event in events:
         xid, pci, text = int(event["xid"]), str(event["pci"]), str(event["text"])
         action, drains = _action(xid, text, expect)
@@ -276,9 +357,21 @@ def check_xid(facts: dict, expect: dict, ctx) -> CheckResult:
                      "drains": drains, "jobs": jobs, "time": event.get("time")})
     if seen:
         values["xids"] = seen
+    drained_pcis = {v["pci"] for v in seen if v["drains"]}
+    gone = [g for g in facts.get("gone") or [] if g.get("pci") not in drained_pcis or
+            g.get("pci") is None]
+    for event in gone:  # a lost GPU drains with or without an Xid (the same incident once)
+        pci = event.get("pci") or "bus id not in the message"
+        gpu = "GPU" if event.get("gpu") is None else f"GPU{event['gpu']}"
+        jobs = [str(job) for job in event.get("jobs") or []]
+        during = f" during job {','.join(jobs)}" if jobs else ""
+        bad.append(f"{gpu} {pci} lost{during}: {event['what']} ({str(event['text'])[:80]})")
+    if gone:
+        values["lost_gpus"] = [{"pci": g.get("pci"), "gpu": g.get("gpu"), "what": g["what"],
+                                "time": g.get("time")} for g in gone]
     if facts.get("first_run") and facts.get("history"):
-        warn.append(f"first run: {facts['history']} older Xid message(s) in the kernel log "
-                    "were skipped; later runs judge new ones")
+        warn.append(f"first run: {facts['history']} older Xid or lost-GPU message(s) in the "
+                    "kernel log were skipped; later runs judge new ones")
     if facts.get("lost"):
         warn.append(f"{facts['lost']} kernel log record(s) were overwritten before they could "
                     "be read")

@@ -54,6 +54,8 @@ class Analysis:
     unresolved: list[Pair] = field(default_factory=list)
     # Nodes whose bad pairs a degraded switch-to-switch cable explains (``with_cables``).
     behind_cables: list[str] = field(default_factory=list)
+    # A bimodal sweep's slow mode (``slow_group``): one shared cause, not N bad nodes.
+    slow_group: list[str] = field(default_factory=list)
 
     @property
     def flagged(self) -> list[Pair]:
@@ -62,7 +64,7 @@ class Analysis:
 
     @property
     def passing_nodes(self) -> list[str]:
-        bad = set(self.suspect_nodes) | set(self.behind_cables) | {
+        bad = set(self.suspect_nodes) | set(self.behind_cables) | set(self.slow_group) | {
             n for p in self.suspect_links + self.unresolved for n in p}
         return [n for n in self.nodes if n not in bad]
 
@@ -300,9 +302,81 @@ def round_overlap(pairs: list[PairResult]) -> dict[int, bool]:
 REFERENCES = ("median", "best")
 
 
+def slow_group(values: dict[Pair, float | None],
+               threshold: float) -> tuple[list[str], list[str]] | None:
+    """(slow nodes, fast nodes) when the sweep is bimodal, else None.
+
+    A pair runs at the slower node's rate, so each node's best pair is its own rate: a
+    healthy node has a healthy partner somewhere, a node of the slow mode has none. The
+    nodes' best pairs, sorted, are split at their largest ratio gap; it is a group when both
+    sides hold 2+ nodes and the gap itself is below ``threshold`` (42 % vs 100 %, not the
+    spread within one mode)."""
+    best: dict[str, float] = {}
+    partners: dict[str, int] = {}
+    for pair, value in values.items():
+        if value is not None:
+            for node in pair:
+                best[node] = max(best.get(node, 0.0), value)
+                partners[node] = partners.get(node, 0) + 1
+    # A node measured with one partner says nothing about its own rate (one low pair is
+    # the node, its partner or the path: a retest decides that, not a group).
+    ranked = sorted((value, node) for node, value in best.items() if partners[node] >= 2)
+    if len(ranked) < 4:
+        return None
+
+    def ratio(k: int) -> float:
+        low, high = ranked[k][0], ranked[k + 1][0]
+        return high / low if low > 0 else float("inf")
+
+    cut = max(range(len(ranked) - 1), key=ratio)
+    slow, fast = ranked[:cut + 1], ranked[cut + 1:]
+    if len(slow) < 2 or len(fast) < 2 or not slow[-1][0] < threshold * fast[0][0]:
+        return None
+    return [n for _, n in slow], [n for _, n in fast]
+
+
 def analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float = 0.8,
             failed: list[Pair] | None = None, reference: str = "median",
-            expected: float | None = None) -> Analysis:
+            expected: float | None = None, groups: bool = True) -> Analysis:
+    """The per-node analysis (``_analyze``), unless the sweep is bimodal and that analysis
+    fails on it: half the nodes at 42 % pull the median of node medians down to their rate
+    (no outliers), and an absolute reference blames every node. Then the slow mode is
+    reported as one group with a shared cause and the fast mode is analysed on its own."""
+    result = _analyze(nodes, values, threshold, failed, reference, expected)
+    split = slow_group(values, threshold) if groups else None
+    if split is None:
+        return result
+    order = {n: i for i, n in enumerate(nodes)}  # linear: a sweep may hold 8,192 nodes
+    slow_nodes, fast_nodes = (sorted(side, key=lambda n: (order.get(n, len(order)), n))
+                              for side in split)
+    slow = set(slow_nodes)
+    touching = {p: v for p, v in values.items() if v is not None and set(p) & slow}
+    flagged_low = set(result.low_pairs)
+    missed = any(p not in flagged_low for p in touching)
+    spilled = any(n not in slow for n in result.suspect_nodes) or any(
+        set(p) & slow for p in result.suspect_links + result.unresolved)
+    if not (missed or spilled):
+        return result  # the per-node rule already names exactly the slow nodes
+    inner_values = {p: v for p, v in values.items() if not set(p) & slow}
+    inner_failed = [p for p in failed or [] if not set(p) & slow]
+    inner = _analyze(fast_nodes, inner_values, threshold, inner_failed, reference, expected)
+    fast_rate = inner.reference or max(touching.values())
+    slow_rate = statistics.median(touching.values())
+    pct = 100.0 * slow_rate / fast_rate if fast_rate else 0.0
+    message = (f"{len(slow_nodes)} of {len(nodes)} nodes form a slow group at {pct:.0f} % of "
+               f"the fast group ({slow_rate:.1f} vs {fast_rate:.1f} GB/s): suspect a shared "
+               f"cause (switch, firmware, config), not each node: {', '.join(slow_nodes)}")
+    low = sorted(set(inner.low_pairs) | {p for p, v in touching.items()
+                                         if v < threshold * fast_rate})
+    return replace(inner, nodes=nodes, node_median=result.node_median, low_pairs=low,
+                   failed_pairs=sorted(failed or []), slow_group=slow_nodes,
+                   messages=[message] + [m for m in inner.messages
+                                         if not m.startswith("no outliers")])
+
+
+def _analyze(nodes: list[str], values: dict[Pair, float | None], threshold: float = 0.8,
+             failed: list[Pair] | None = None, reference: str = "median",
+             expected: float | None = None) -> Analysis:
     """Robust outliers against a reference and the node (or link) that explains them.
 
     The reference is ``median`` (the median of the node medians: one bad node cannot drag it
@@ -530,8 +604,8 @@ def render_markdown(nodes: list[str], values: dict[Pair, float | None], analysis
     for n in sorted(nodes, key=lambda n: (n not in suspects, analysis.node_median.get(n) or 0,
                                           n)):
         med = analysis.node_median.get(n)
-        verdict = "suspect" if n in suspects else (
-            "pass" if n in set(analysis.passing_nodes) else "in a flagged pair")
+        verdict = "suspect" if n in suspects else "slow group" if n in analysis.slow_group \
+            else ("pass" if n in set(analysis.passing_nodes) else "in a flagged pair")
         lines.append(f"| {n} | {'n/a' if med is None else f'{med:.1f}'} | {verdict} |")
     return "\n".join(lines)
 

@@ -39,7 +39,7 @@ WORDS = ["9" * 5000, "²", "٣", "x", "-1", "nan", "inf", "1e999", "0x", "", "["
 LONG = 65_000  # under the 64 KiB line cap of slurmfabric.inputfile.iter_log_lines
 PIECES = ["x", "9", " ", "\t", ":", "[0]", "[0] ", "a:1:", "h:1:2 ", " via ", ";", "0x1", "'",
           "(", ")", "Gbps", ".", "NCCL INFO ", "# ", "=", '"', "[", "]", "CA: ", "X", "==(",
-          ")==>", "#", "/"]
+          ")==>", "#", "/", " -> 2", "<stdout>:", "[1,0]<stdout>:", "0000:01:00.0", "NVRM: "]
 PREFIXES = ["", "NCCL INFO ", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] NCCL INFO NET/IB : Using ",
             "h:1:2 [0] NCCL INFO Channel 00 : ", "h:1:2 [0] NCCL INFO Channel 00/02 :",
             "h:1:2 [0] NCCL INFO GPU Direct RDMA Enabled for HCA 0 '",
@@ -50,6 +50,10 @@ PREFIXES = ["", "NCCL INFO ", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] NCCL INFO NET/I
             "CA '", "Port 1:", "switchguid=0x", 'Switch\t36 "', '[1]\t"', "     ",
             "GPU 0: ", "\t Link 0: ", "Link 0: Replay Errors: ", "NVRM: Xid (PCI:0000:01:00): ",
             "3,1,1,-;NVRM: Xid (", "GPU ", '{"DCGM Diagnostic": ',
+            "h:1:2 [0] NCCL INFO init.cc:1 -> ", "h:1:2 [0] NCCL INFO a.cc:1 -> 2 [",
+            "h:1:2 [0] p.cc:1 NCCL WARN Failed to execute operation Connect, retcode ",
+            "        [1,0]<stdout>:", "gpu001: 0: ", "NVRM: The NVIDIA GPU ",
+            "NVRM: GPU 0000:01:00.0: RmInitAdapter failed! ", "NVRM: fallen off the bus ",
             " #bytes     #iterations    BW peak[Gb/sec] ", " 65536      5000 "]
 
 EPILOG = Context("epilog", "n1", job_id="1", nvlink_before={"0": {"0": {"crc": "x"}}})
@@ -66,13 +70,18 @@ def _judged(parse: Callable[[str], object], judge: Callable[[object], object]):
 
 
 def _kmsg(text: str) -> None:
-    events = []
+    """Xids and GPUs lost without one (a message may continue the record before it)."""
+    events, gone, before = [], [], None
     for line in text.splitlines():
         record = xid.parse_record(line) or (0, 0, line)
         found = xid.parse_xid(record[2])
         if found:
             events.append({**found, "seq": record[0], "us": record[1], "jobs": ["1"]})
-    xid.check_xid({"events": events}, {"xid_drain": [79]}, None)
+        lost = xid.parse_lost(record[2], before) if found is None else None
+        if lost:
+            gone.append({**lost, "seq": record[0], "us": record[1], "gpu": lost["minor"]})
+        before = xid.record_pci(record[2]) or before
+    xid.check_xid({"events": events, "gone": gone}, {"xid_drain": [79]}, None)
 
 
 PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
@@ -88,11 +97,13 @@ PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
                              ["health/nvlink/*-q*.txt"]),
     "dcgmi diag -j": (_judged(dcgm.parse, lambda f: dcgm.check_dcgm(f, {}, EPILOG)),
                       ["health/dcgm/*.json"]),
-    "kmsg xid": (_kmsg, ["health/xid/kmsg_lines.txt"]),
+    "kmsg xid": (_kmsg, ["health/xid/kmsg_lines.txt", "corpus/kernel/*.txt"]),
     "perftest": (lambda t: perftest.parse(t).bandwidth_gbps, ["perftest/*.txt"]),
-    "nccl-log": (lambda text: nccl_log.parse_log(text, "log"),
-                 ["nccl/*.log", "nccl/versions/*.log"]),
-    "nccl-tests": (nccl_tests.parse, ["nccl/nccl-tests-*.txt"]),
+    # each report is judged too: the failure chain, its root line and the GDR verdict
+    "nccl-log": (lambda text: nccl_log.parse_log(text, "log", expect_gdr=True).verdict(),
+                 ["nccl/*.log", "nccl/versions/*.log", "corpus/nccl/*.log"]),
+    "nccl-tests": (lambda text: [nccl_tests.judge(run) for run in nccl_tests.parse(text)],
+                   ["nccl/nccl-tests-*.txt", "corpus/nccltests/*.txt"]),
     "iblinkinfo": (ib_parse.parse_iblinkinfo, ["ib/*iblinkinfo*.txt"]),
     "ibstat": (ib_parse.parse_ibstat, ["ib/*ibstat*.txt"]),
     "perfquery": (ib_parse.parse_perfquery, ["ib/*perfquery*.txt"]),

@@ -69,8 +69,10 @@ def test_roce_2_18_rank_from_comm_line():
 
 def test_ibv_modify_qp_2_19_is_classified_with_gid_remedy():
     rep = load("nccl-2.19.3-roce-modify-qp.log")
-    assert kinds(rep) == ["ibv_modify_qp", "nccl_warn", "peer_lost"]
-    qp = rep.problems[0]
+    # the QP error propagates to proxy.cc: the communicator failed, rooted at that WARN
+    assert kinds(rep) == ["comm_failed", "ibv_modify_qp", "nccl_warn", "peer_lost"]
+    assert "ibv_modify_qp" in rep.problems[0].message
+    qp = rep.problems[1]
     assert qp.severity == "error" and "GID index" in qp.remedy
     assert qp.where.startswith("dgxh100-3:225140[0] misc/ibvwrap.cc:187")
     nodes = {r.node for r in rep.ranks}

@@ -434,3 +434,18 @@ def test_task_wrapper_runs_the_command_as_a_program(tmp_path, name) -> None:
         proc = subprocess.run([shell, "-c", _TASK_WRAPPER, str(tmp_path / "t.tasks"), name,
                                "echo INJECTED"], env=env, capture_output=True, text=True)
         assert proc.stdout == "ran echo INJECTED\n", (shell, proc.stdout, proc.stderr)
+
+
+def test_report_of_a_bimodal_sweep_names_a_slow_group_and_exits_1(tmp_path, capsys):
+    # half the nodes at 42 % (synthetic through the nccl-tests double: issue 34); the
+    # median of node medians falls to the slow rate, --expected blames every node
+    nodes = [f"n{i}" for i in range(8)]
+    plan = fakebw.sweep_results(tmp_path / "res", nodes, {n: 151.2 for n in nodes[:4]})
+    for extra in ([], ["--expected", "360"]):
+        assert cmd.main(["report", str(plan.results), "--json", *extra]) == 1
+        data = json.loads(capsys.readouterr().out)
+        assert data["slow_group"] == nodes[:4] and data["suspect_nodes"] == []
+        assert data["messages"][0].startswith("4 of 8 nodes form a slow group at 42 %")
+    assert cmd.main(["report", str(plan.results), "--markdown"]) == 1
+    out = capsys.readouterr().out
+    assert "| n0 | 150.0 | slow group |" in out and "| n7 | 150.0 | pass |" in out

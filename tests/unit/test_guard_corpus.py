@@ -1,0 +1,261 @@
+"""Issue 34, the guard on real outputs: each public output in tests/fixtures/corpus/ (sources
+and the verdict each output itself supports in the SOURCES.md of its folder) goes through
+the real parser and check, and must get that verdict.
+
+Classes this corpus pins (each has real cases the code before issue 34 got wrong):
+* a communicator NCCL gave up on (``file.cc:N -> code`` up to init/group, the proxy's
+  failed Connect) is a failure naming the first failing rank and the root line;
+* ``nccl-log --expect-gdr`` on a log with no network line is UNKNOWN (exit 3), not OK;
+* a GPU the driver lost with no Xid line (fallen off the bus, RmInitAdapter failed) drains,
+  its bus id in the reason;
+* nccl-tests rows behind a launcher's tag that does not start the line are read;
+* a bimodal pair sweep is one slow group with a shared cause (synthetic: no public pair
+  sweep of a bimodal cluster was found).
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from slurmfabric.commands import nccl_log as nccl_log_cmd
+from slurmfabric.commands import nccl_tests as nccl_tests_cmd
+from slurmfabric.errors import UsageError
+from slurmfabric.health import xid
+from slurmfabric.health.model import FAIL
+from slurmfabric.nccllog import parse_log
+from slurmfabric.nccltests import judge, parse
+from slurmfabric.pairsweep.report import analyze
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+
+# file -> (verdict with --expect-gdr, problem kinds that must be there, the first failing
+# rank's key and a piece of its root line when the communicator failed)
+NCCL = {
+    "deepep-143-ibv-create-cq-enomem-init-failed.log": (
+        "FAIL", {"comm_failed"}, ("msm-h200-2:4016[7]", "ibv_create_cq failed")),
+    "nccl-562-2.8.3-ibv-create-qp-init-failed.log": (
+        "FAIL", {"comm_failed"}, ("hai-a100-3:3778851[4]", "Call to ibv_create_qp failed")),
+    "nccl-795-2.14.3-proxy-connect-remote-error.log": (
+        "FAIL", {"comm_failed"}, ("a100-st-p4d24xlarge-22:183006[1]", "Broken pipe")),
+    "nccl-tests-166-socket-recv-failed-internal-error.log": (
+        "FAIL", {"comm_failed", "peer_lost"},
+        ("gpu004:2200689[3]", "Connection closed by remote peer")),
+    "nccl-952-socket-proxy-connect-failed.log": (
+        "FAIL", {"comm_failed", "socket_fallback"}, ("<cluster_name>:922[3]", "socket.cc:567")),
+    "nccl-tests-252-completion-error4-progress-thread.log": (
+        "FAIL", {"comm_failed", "ib_completion"}, None),
+    "nccl-1499-group-internal-error-then-socket.log": (
+        "FAIL", {"comm_failed", "socket_fallback"}, ("testpc115159:2736632[0]", "group.cc:64")),
+    "aws-ofi-nccl-715-ofi-cq-enomem-socket.log": ("FAIL", {"ofi", "socket_fallback"}, None),
+    "aws-ofi-nccl-1020-2.27.7-fi-getinfo-failed.log": ("FAIL", {"ofi"}, None),
+    "nccl-1713-2.27-tagged-no-network-line.log": ("UNKNOWN", {"gdr_unknown"}, None),
+}
+
+
+def test_every_corpus_file_is_covered_and_cited() -> None:
+    for area, covered in (("nccl", NCCL), ("kernel", KERNEL), ("nccltests", NCCL_TESTS)):
+        files = {p.name for p in (CORPUS / area).iterdir() if p.name != "SOURCES.md"}
+        assert files == set(covered), area
+        sources = (CORPUS / area / "SOURCES.md").read_text()
+        assert all(f"## {name}" in sources for name in files), area
+
+
+@pytest.mark.parametrize("name", sorted(NCCL))
+def test_nccl_logs(name: str) -> None:
+    verdict, kinds, first = NCCL[name]
+    report = parse_log((CORPUS / "nccl" / name).read_text(), source=name, expect_gdr=True)
+    assert report.verdict() == verdict, [(p.kind, p.message) for p in report.problems]
+    assert kinds <= {p.kind for p in report.problems}
+    if first is not None:
+        failure = next(p for p in report.problems if p.kind == "comm_failed")
+        assert failure.severity == "error" and failure.where == first[0]
+        assert first[1] in failure.message.split("root: ", 1)[1]
+
+
+def test_nccl_log_command_exit_codes_on_real_logs(capsys) -> None:
+    ok_before = CORPUS / "nccl" / "deepep-143-ibv-create-cq-enomem-init-failed.log"
+    assert nccl_log_cmd.main([str(ok_before)]) == 1
+    assert "result: FAIL" in capsys.readouterr().out
+    unknown = CORPUS / "nccl" / "nccl-1713-2.27-tagged-no-network-line.log"
+    assert nccl_log_cmd.main([str(unknown), "--expect-gdr"]) == 3
+    assert "result: UNKNOWN" in capsys.readouterr().out
+    assert nccl_log_cmd.main([str(unknown)]) == 0  # nothing was asked that it cannot tell
+
+
+def test_a_chain_that_stops_below_init_is_handled_not_a_failure() -> None:
+    # NCCL 2.4 with the OFI plugin (aws-ofi-nccl#24, tests/fixtures/nccl): "include/net.h:24
+    # -> 2" after "No NIC info", and the rank went on to build its rings
+    text = (CORPUS.parent / "nccl" / "nccl-ofi-efa-horovod-tagged.log").read_text()
+    assert "comm_failed" not in {p.kind for p in parse_log(text).problems}
+
+
+# dmesg / journal text as posted; the test turns it into /dev/kmsg records the way the
+# kernel writes them (one printk with newlines is one record, its newlines as \x0a)
+_STAMP = re.compile(r"^(?:\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )?\[\s*\d+\.\d+\] (?P<m>.*)$")
+
+
+def kmsg_records(text: str) -> list[str]:
+    messages: list[str] = []
+    for line in text.splitlines():
+        stamped = _STAMP.match(line)
+        if stamped:
+            messages.append(stamped.group("m"))
+        elif line.startswith(" ") and messages:  # dmesg's continuation of one record
+            messages[-1] += "\\x0a" + line.strip()
+        elif line.strip():
+            messages.append(line.strip())
+    return messages
+
+
+def judge_kernel_log(text: str, tmp_path: Path, split: bool = False):
+    messages = kmsg_records(text)
+    if split:  # the same lines as separate records (journalctl -k, one line each)
+        messages = [part for m in messages for part in m.split("\\x0a")]
+    log, cursor = tmp_path / "kmsg", tmp_path / "cursor"
+    cursor.write_text("99\n")  # not a first run: every record here is new
+    log.write_text("".join(f"3,{100 + i},{(100 + i) * 1000},-;{m}\n SUBSYSTEM=pci\n"
+                           for i, m in enumerate(messages)))
+    return xid.check_xid(xid.collect(str(log), str(cursor), root=str(tmp_path)), {}, None)
+
+
+# file -> bus ids (and GPU minors) that must be in the drain reason
+KERNEL = {
+    "nvsentinel-155-fallen-off-bus-no-xid-570.txt": ["0000:b3:00"],
+    "bumblebee-554-gpu-at-fallen-off-bus-old.txt": ["0000:01:00"],
+    "ogkm-789-rminitadapter-gsp-550.txt": ["GPU0 0000:98:00"],
+    "gpu-operator-1146-rminitadapter-syslog.txt": ["GPU5 0000:0a:00"],
+    "gpu-operator-649-rminitadapter-two-gpus.txt": ["GPU0 0000:04:01", "GPU1 0000:04:02"],
+    "cmpunlocker-4-rminitadapter-attach.txt": ["0000:01:00"],
+    "bumblebee-722-rminitadapter-minor-only.txt": ["GPU0 bus id not in the message"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL))
+def test_a_lost_gpu_without_an_xid_drains_with_its_bus_id(name: str, tmp_path: Path) -> None:
+    result = judge_kernel_log((CORPUS / "kernel" / name).read_text(), tmp_path)
+    assert result.status == FAIL, result.reason
+    assert all(piece in result.reason for piece in KERNEL[name]), result.reason
+    assert result.values["new_xids"] == 0 and result.values["lost_gpus"]
+
+
+def test_the_fallen_off_bus_message_split_over_journal_records(tmp_path: Path) -> None:
+    text = (CORPUS / "kernel" / "nvsentinel-155-fallen-off-bus-no-xid-570.txt").read_text()
+    result = judge_kernel_log(text, tmp_path, split=True)
+    assert result.status == FAIL and "0000:b3:00 lost" in result.reason
+    assert len(result.values["lost_gpus"]) == 1  # the probe failure is the same incident
+
+
+def test_an_xid_79_and_its_fallen_off_bus_line_are_one_incident(tmp_path: Path) -> None:
+    lines = (CORPUS.parent / "health" / "xid" / "kmsg_lines.txt").read_text().splitlines()
+    text = "\n".join([lines[0], "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus."])
+    result = judge_kernel_log(text, tmp_path)
+    assert result.status == FAIL and result.reason.count("0000:2b:00") == 1
+
+
+def test_a_driver_load_banner_is_not_a_lost_gpu() -> None:
+    banner = ("NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release "
+              "Build  (dvs-builder@U22-I3-B10-02-5)  Mon Jun  2 13:13:04 UTC 2025")
+    assert xid.parse_lost(banner) is None
+
+
+# file -> (result rows, large-message busbw, verdict without an expectation)
+NCCL_TESTS = {
+    "bottlerocket-kernel-kit-313-indented-ompi-tag.txt": (9, 2.31, True),
+    "nccl-tests-78-allreduce-4gbps-collapsed.txt": (2, 4.32, True),
+    "nccl-tests-252-allreduce-ring-8g.txt": (5, 95.10, True),
+    "nccl-tests-290-srun-label-2node-h100-low.txt": (11, 155.57, True),
+    "skypilot-gke-h200-ray-prefix-before-ompi-tag.txt": (7, 332.58, True),
+}
+
+
+def test_srun_labelled_two_node_run_is_low_against_8_ndr_rails(capsys) -> None:
+    out = CORPUS / "nccltests" / "nccl-tests-290-srun-label-2node-h100-low.txt"
+    assert nccl_tests_cmd.main(["parse", str(out), "--ports", "8", "--port-rate", "400"]) == 1
+    assert "LOW BANDWIDTH: 155.57 GB/s busbw at 8589934592 B" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(NCCL_TESTS))
+def test_nccl_tests_outputs(name: str) -> None:
+    rows, busbw, ok = NCCL_TESTS[name]
+    (run,) = parse((CORPUS / "nccltests" / name).read_text())
+    assert len(run.rows) == rows and run.large_message_busbw() == pytest.approx(busbw)
+    verdict = judge(run)
+    assert verdict.ok is ok
+    assert any(f"{busbw:.2f}" in f or "not judged" in f for f in verdict.findings)
+
+
+def test_launcher_tags_anywhere_in_the_line() -> None:
+    row = "  1073741824     268435456     float     sum      -1   213.6    5.03    5.03      0" \
+          "   212.9    5.04    5.04      0"
+    for tagged in (f"        [1,0]<stdout>:{row}", f"2024-11-28T07:42:11Z | [1,3]<stdout>:{row}",
+                   f" 0: {row}", f"12: {row}", f"[0] {row}", f"gpu001: {row}",
+                   f"gpu001: [1,0]<stdout>:{row}"):
+        (run,) = parse(tagged)
+        assert run.large_message_busbw() == pytest.approx(5.04), tagged
+        assert "busbw 5.04 GB/s" in judge(run).findings[0]  # said even with no expectation
+
+
+def test_an_empty_rates_argument_is_a_usage_error() -> None:
+    out = CORPUS / "nccltests" / "nccl-tests-252-allreduce-ring-8g.txt"
+    with pytest.raises(UsageError, match="--rates ''") as err:
+        nccl_tests_cmd.main(["parse", str(out), "--rates", ""])
+    assert err.value.exit_code == 2 and err.value.hint is None
+
+
+def _sweep(n: int, slow: int, rate: float = 0.42, fast: float = 357.2):
+    """A full pair sweep where a pair runs at its slower node's rate, with +-1 % noise that
+    repeats (synthetic: no public bimodal sweep exists to copy)."""
+    nodes = [f"gpu{i:03d}" for i in range(1, n + 1)]
+    speed = {node: fast * (rate if i < slow else 1.0) for i, node in enumerate(nodes)}
+    values = {(a, b): round(min(speed[a], speed[b]) * (1 + ((i * 7) % 5 - 2) / 200), 1)
+              for i, (a, b) in enumerate(combinations(nodes, 2))}
+    return nodes, values
+
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_a_bimodal_sweep_is_one_slow_group(n: int) -> None:
+    nodes, values = _sweep(n, n // 2)
+    for kwargs in ({}, {"expected": 357.2}):  # the median rule, an absolute reference
+        analysis = analyze(nodes, values, **kwargs)
+        assert analysis.slow_group == nodes[:n // 2] and analysis.suspect_nodes == []
+        assert analysis.messages[0].startswith(f"{n // 2} of {n} nodes form a slow group at 4")
+        assert "shared cause" in analysis.messages[0]
+        assert set(analysis.passing_nodes) == set(nodes[n // 2:])
+
+
+def test_a_bad_node_inside_the_fast_group_is_still_named() -> None:
+    nodes, values = _sweep(8, 4)
+    values = {p: (v * 0.7 if "gpu008" in p and v > 300 else v) for p, v in values.items()}
+    analysis = analyze(nodes, values)
+    assert analysis.slow_group == nodes[:4] and analysis.suspect_nodes == ["gpu008"]
+
+
+@pytest.mark.parametrize("slow", [1, 2, 3])
+def test_a_few_slow_nodes_keep_the_per_node_verdict(slow: int) -> None:
+    nodes, values = _sweep(16, slow)
+    analysis = analyze(nodes, values)
+    assert analysis.slow_group == [] and analysis.suspect_nodes == nodes[:slow]
+
+
+def test_one_file_per_rank_cannot_tell_only_when_no_file_can(tmp_path: Path, capsys) -> None:
+    unknown = CORPUS / "nccl" / "nccl-1713-2.27-tagged-no-network-line.log"
+    shown = tmp_path / "rank1.log"  # another rank's file that shows GDR (a made-up line)
+    shown.write_text("h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via "
+                     "NET/IB/0/GDRDMA\n")
+    assert nccl_log_cmd.main([str(unknown), str(shown), "--expect-gdr"]) == 0
+    assert nccl_log_cmd.main([str(unknown), str(unknown), "--expect-gdr"]) == 3
+    capsys.readouterr()
+
+
+def test_gpu_is_lost_status_lines_join_the_xid_or_stand_alone(tmp_path: Path) -> None:
+    lost = "NVRM: nvCheckOkFailedNoLog: GPU lost from the bus [NV_ERR_GPU_IS_LOST]"
+    lines = (CORPUS.parent / "health" / "xid" / "kmsg_lines.txt").read_text().splitlines()
+    after_xid = judge_kernel_log("\n".join([lines[0], lost, lost]), tmp_path)
+    assert after_xid.status == FAIL and after_xid.reason.count("0000:2b:00") == 1
+    (tmp_path / "alone").mkdir()
+    alone = judge_kernel_log(lost, tmp_path / "alone")
+    assert alone.status == FAIL and "NV_ERR_GPU_IS_LOST" in alone.reason
