@@ -205,11 +205,12 @@ def choose_rails(topo: Topology, family: str | None = None, *, addr_range: str |
     # RoCE needs a routable GID. A port with none in any allowed family is no rail; the
     # family itself is chosen below from the rails only (a frontend NIC with IPv4 must not
     # rule out IPv6-only rails).
-    families = (family,) if family else ("AF_INET", "AF_INET6")
+    # An explicit family too is applied only to the rails (in _choose_gids): a frontend
+    # port with the asked-for family must not become the rail of GPUs it is far from.
     kept: list[tuple[RdmaDevice, RdmaPort]] = []
     for dev, port in candidates:
         if port.link_layer == "Ethernet" and not any(
-                usable_gids(port, f, topo, policy) for f in families):
+                usable_gids(port, f, topo, policy) for f in ("AF_INET", "AF_INET6")):
             choice.excluded[port.name] = _no_gid_reason(family, policy)
             continue
         kept.append((dev, port))
@@ -321,29 +322,30 @@ def _choose_gids(choice: RailChoice, topo: Topology, family: str | None,
             choice.rails.remove(port)
             continue
         choice.gids[port.name] = gids[0]
-        ndevs = list(dict.fromkeys(g.ndev for g in gids))
-        if len(ndevs) > 1 and not policy.active:
+        first_per_ndev: dict[str | None, Gid] = {}
+        for gid in gids:
+            first_per_ndev.setdefault(gid.ndev, gid)
+        if len(first_per_ndev) > 1:
             ambiguous.append(f"{port.name}: " + ", ".join(
-                f"{_ndev_words(topo, g.ndev)} index {g.index}"
-                for g in gids if g is next(x for x in gids if x.ndev == g.ndev)))
+                f"index {g.index} on {_ndev_words(topo, g.ndev)}"
+                for g in first_per_ndev.values()))
     if ambiguous:
-        first = choice.gids[choice.rails[0].name] if choice.rails else None
-        took = f" ({_ndev_words(topo, first.ndev)})" if first else ""
+        by = f" allowed by {policy.describe()}" if policy.active else ""
         choice.warnings.append(
-            "RoCE rails have routable GIDs on more than one netdev (" + "; ".join(ambiguous)
-            + f"): took the first of each table{took}, as NCCL >= 2.21 would; if the rail "
-            "subnet is on the other netdev, set NCCL_IB_ADDR_RANGE to that subnet (e.g. in "
+            f"RoCE rail GIDs{by} sit on more than one netdev (" + "; ".join(ambiguous)
+            + "): took the first of each table, as NCCL >= 2.21 would; if the rail subnet "
+            "is on another netdev, set NCCL_IB_ADDR_RANGE to that subnet (e.g. in "
             "fabric.nccl) or SLURMFABRIC_ROCE_VLAN to its VLAN id (0: untagged)")
 
 
 def _ndev_words(topo: Topology, name: str | None) -> str:
-    """``ens1f0np0.100 (VLAN 100 on ens1f0np0)``, ``ens1f0np0 (untagged)``."""
+    """``ens1f0np0.100 (VLAN 100 on ens1f0np0)``, or the bare name of any other netdev."""
     if not name:
         return "no netdev"
     dev = topo.netdev(name)
     if dev is not None and dev.is_vlan:
         return f"{name} (VLAN {dev.vlan_id} on {dev.vlan_of})"
-    return f"{name} (untagged)"
+    return name
 
 
 def _count(items: Iterable[T]) -> dict[T, int]:
