@@ -124,6 +124,17 @@ def test_the_family_still_follows_the_user(tmp_path: Path) -> None:
 
 # -- 2 and 4. InfiniBand rails, Ethernet ports, a rail that is down ---------------------------
 
+def _down_state() -> str:
+    """deepseek-ai/DeepEP#60's CX-7: ``state: PORT_DOWN (1)`` is sysfs's ``1: DOWN``."""
+    line = next(x for x in corpus("deepep-60_ibv_devinfo_port_down.txt").splitlines()
+                if x.strip().startswith("state:"))
+    code = line.split("(")[1].rstrip(")")
+    return f"{code}: {line.split()[1].removeprefix('PORT_')}"
+
+
+DOWN_STATE = _down_state()
+
+
 def ib_node_with_ethernet(down: str | None = None) -> Node:
     """imbue-ai/cluster-health#4: 8 CX-7 InfiniBand rails (mlx5_0,3,4,5,6,9,10,11) and
     two dual-port CX-6 Ethernet cards (mlx5_1/2 on bus 0x1b, mlx5_7/8 on 0x9d), half of
@@ -144,7 +155,7 @@ def ib_node_with_ethernet(down: str | None = None) -> Node:
         gpus.append(_gpu(k, gpu_path))
         port = Port(rate="400 Gb/sec (4X NDR)", counters={"link_downed": "0"})
         if name == down:
-            port = Port(state="1: DOWN", phys_state="3: Disabled", rate="10 Gb/sec (4X SDR)",
+            port = Port(state=DOWN_STATE, phys_state="3: Disabled", rate="10 Gb/sec (4X SDR)",
                         counters={"link_downed": "0"})
         nics.append(Rdma(name, nic_path, 0 if k < 4 else 1, {1: port}, netdev=ndev,
                          uverbs=k))
