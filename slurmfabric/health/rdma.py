@@ -205,10 +205,14 @@ def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
         bad.insert(0, f"{len(ports)} RDMA ports found, expected {want_n}")
     values["healthy_ports"] = healthy
     skipped = _not_judged(facts, expect, ports)
+    info = ""
     if skipped:
         values["not_judged"] = skipped
+        others = [p.name for p in facts.ports if p not in ports]
+        if not expect.get("rdma_devices"):  # said where health check shows it, never drains
+            info = f"not rails, not judged: {', '.join(others)}"
     status = FAIL if bad else OK
-    return CheckResult("rdma.ports", status, "; ".join(bad), values, tuple(metrics))
+    return CheckResult("rdma.ports", status, "; ".join(bad) or info, values, tuple(metrics))
 
 
 def check_counters(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:

@@ -4,7 +4,8 @@ Rules (Documentation/ABI/stable/sysfs-class-infiniband and the NCCL env docs): a
 ACTIVE/LinkUp port within PXB of a GPU, in the node's dominant link layer, at the highest
 rate; frontend (bonded, unless next to a GPU: a RoCE LAG rail) and storage NICs, Down or
 INIT ports, SR-IOV VFs whose PF is visible and devices without a uverbs node are left out,
-each with a reason.
+each with a reason. A port that would be a rail but is down is kept in ``down``, and every
+rail position (up, down or slow) in ``slots``: what the health port checks judge.
 """
 
 from __future__ import annotations
@@ -202,11 +203,10 @@ def choose_rails(topo: Topology, family: str | None = None, *, addr_range: str |
             else:
                 candidates.append((dev, port))
 
-    # RoCE needs a routable GID. A port with none in any allowed family is no rail; the
-    # family itself is chosen below from the rails only (a frontend NIC with IPv4 must not
-    # rule out IPv6-only rails).
-    # An explicit family too is applied only to the rails (in _choose_gids): a frontend
-    # port with the asked-for family must not become the rail of GPUs it is far from.
+    # RoCE needs a routable GID: a port with none in either family is no rail. The family
+    # (also an explicit NCCL_IB_ADDR_FAMILY) is applied to the rails only, in _choose_gids:
+    # a frontend NIC's IPv4 address must neither rule out IPv6-only rails nor make the
+    # frontend the rail of GPUs it is far from.
     kept: list[tuple[RdmaDevice, RdmaPort]] = []
     for dev, port in candidates:
         if port.link_layer == "Ethernet" and not any(

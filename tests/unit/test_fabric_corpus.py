@@ -216,6 +216,7 @@ def test_rdma_ports_judges_the_rails_not_the_ethernet_cards(tmp_path: Path) -> N
     for name in ("mlx5_1:1", "mlx5_2:1", "mlx5_7:1", "mlx5_8:1"):
         assert name in info
     assert "mlx5_2:1 (port state DOWN)" in info
+    assert result.reason == "not rails, not judged: mlx5_1:1, mlx5_2:1, mlx5_7:1, mlx5_8:1"
 
 
 def test_rdma_ports_still_fails_a_down_rail(tmp_path: Path) -> None:
