@@ -122,6 +122,19 @@ def test_the_family_still_follows_the_user(tmp_path: Path) -> None:
     assert plan.rails.excluded["mlx5_0:1"] == "no RoCE v2 IPv4 GID (no address on its netdev?)"
 
 
+def test_an_ipv6_rail_range_sets_the_family_and_bad_ranges_are_ignored(tmp_path: Path) -> None:
+    topo = discover(fakesysfs.build(ipv6_rails_node(), tmp_path / "root"))
+    rail_net = "fd00:1148:9000:5000:4:200:3:ff00/120"  # the /120 of nccl#1405's net4/net1
+    plan = make_plan(topo, 8, user_env={"NCCL_IB_ADDR_RANGE": rail_net})
+    assert plan.rails.family == "AF_INET6" and len(plan.rails.rails) == 8
+    assert plan.rails.gid_policy == f"NCCL_IB_ADDR_RANGE={rail_net}"
+    for bad in ("10.0.0.0/33", "fd00::/129", "not-a-range"):
+        odd = make_plan(topo, 8, user_env={"NCCL_IB_ADDR_RANGE": bad})
+        assert any(w.startswith(f"NCCL_IB_ADDR_RANGE={bad!r} is not a CIDR range")
+                   for w in odd.warnings), bad
+        assert len(odd.rails.rails) == 8  # ignored, as if unset
+
+
 # -- 2 and 4. InfiniBand rails, Ethernet ports, a rail that is down ---------------------------
 
 def _down_state() -> str:
@@ -271,6 +284,19 @@ def vlan_node() -> Node:
                 nets=nets, modules=["nvidia_peermem"])
     node.files["/proc/net/vlan/config"] = VLAN_CONFIG
     return node
+
+
+def test_proc_net_vlan_config_lines_that_are_not_vlans_are_skipped(tmp_path: Path) -> None:
+    from slurmfabric._sysfs import Root
+    from slurmfabric.topology._io import Reader
+    from slurmfabric.topology.net import read_vlans
+
+    (tmp_path / "proc/net/vlan").mkdir(parents=True)
+    (tmp_path / "proc/net/vlan/config").write_text(
+        VLAN_CONFIG + "bad | -5 | x\nonly|two\n | 7 | eth9\nbond0.200      | 200  | bond0\n")
+    assert read_vlans(Reader(Root(str(tmp_path)))) == {"eth2.10": (10, "eth2"),
+                                                        "bond0.200": (200, "bond0")}
+    assert read_vlans(Reader(Root(str(tmp_path / "none")))) == {}
 
 
 def test_vlan_and_untagged_gids_warn_when_nothing_chooses(tmp_path: Path) -> None:
