@@ -73,7 +73,9 @@ def _gpu(k: int, path: str) -> Gpu:
 def ipv6_rails_node() -> Node:
     """8 RoCE rails with IPv6 addresses only, in the /120 of the two SR-IOV rail netdevs
     of NVIDIA/nccl#1405 (net4 ...:ff20, net1 ...:ff22; the other six follow that pattern),
-    and a frontend CX NIC with IPv4 on the CPU's root port, far from every GPU."""
+    and a frontend CX NIC with IPv4 on the CPU's root port, far from every GPU. The GID
+    tables follow show_gids' usual order (link-local v1/v2, then the address v1/v2,
+    NVIDIA/nccl#1131): the dump shows addresses, not GID indices."""
     real = ipv6_addresses(corpus("nccl-1405_ip-addr_ipv6-only-rails.txt"))
     assert real == {"net4": ["fd00:1148:9000:5000:4:200:3:ff20/120"],
                     "net1": ["fd00:1148:9000:5000:4:200:3:ff22/120"]}
