@@ -111,7 +111,8 @@ def main(argv: list[str]) -> int:
         args.ntasks or max(len(topo.gpus), 1),
         visible_gpus=None if args.from_file else visible_gpus_from_env(dict(os.environ)),
         master_addr=args.master_addr,
-        user_env={k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+        user_env={k: v for k, v in os.environ.items()
+                  if k.startswith("NCCL_") or k == "SLURMFABRIC_ROCE_VLAN"},
         nccl_version=args.nccl_version,
         fabric_type=args.fabric_type,
         node=os.uname().nodename,

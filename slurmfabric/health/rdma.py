@@ -1,4 +1,10 @@
-"""RDMA checks: ports up at the expected rate and link layer, error counters, GPUDirect.
+"""RDMA checks: ports up at the expected rate and link layer, error counters, link flaps,
+GPUDirect.
+
+By default the port checks judge the rail set: the ports ``slurmfabric topo`` counts as
+rails (``plan.rails.choose_rails``, the one owner of that rule), also while a rail is down
+or slow. Frontend, storage and other non-rail ports are reported as information only; an
+explicit ``rdma_devices`` list in the site config still wins.
 
 Facts come from the topology package's sysfs readers (``/sys/class/infiniband``), read under
 the node's configured root so tests use fake trees. Error counters are judged as deltas
@@ -8,7 +14,9 @@ snapshot, absolute limits apply, as most counters only ever grow until a reboot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import time
+from dataclasses import dataclass, field
 
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 
@@ -34,6 +42,10 @@ DELTA_MAX_OTHER = 100
 # Absolute totals without a snapshot (the critical level of Meta's GCM health checks,
 # github.com/facebookresearch/gcm).
 ABS_MAX_DEFAULT = 100
+# Link flaps: this many link_downed increases within the window fail the port. Vendor
+# bring-up guides treat two link-downs within 24 h as a flapping link to pull.
+FLAP_THRESHOLD_DEFAULT = 2
+FLAP_WINDOW_H_DEFAULT = 24.0
 
 
 @dataclass(frozen=True)
@@ -51,32 +63,112 @@ class RdmaFacts:
     ports: list[PortFacts]
     gdr_mode: str  # "peermem", "dmabuf", "none"
     gdr_evidence: str
+    # The rail positions (plan.rails: rails, down rails, slow rails by a GPU), None when
+    # the rail rule found none (an EFA node): then every port is judged.
+    rails: tuple[str, ...] | None = None
+    not_rails: dict[str, str] = field(default_factory=dict)  # port -> why it is no rail
+    # link_downed increases per port within the flap window (None: no earlier sample yet)
+    flaps: dict[str, int | None] = field(default_factory=dict)
+    flap_window_s: float = FLAP_WINDOW_H_DEFAULT * 3600
 
 
-def collect(root: str) -> RdmaFacts:
-    """Read ports and GPUDirect support under ``root`` (the node's sysfs root)."""
+def collect(root: str, history: str | None = None,
+            window_s: float = FLAP_WINDOW_H_DEFAULT * 3600) -> RdmaFacts:
+    """Read ports, their rail roles and GPUDirect support under ``root`` (the node's sysfs
+    root). ``history``: the state file of link_downed samples the flap check counts in."""
     from slurmfabric._sysfs import Root
+    from slurmfabric.plan.rails import choose_rails
+    from slurmfabric.topology import discover_with_reader
     from slurmfabric.topology._io import Reader
     from slurmfabric.topology.numa import discover_gdr
     from slurmfabric.topology.rdma import discover_rdma
 
     reader = Reader(Root(root))
+    slots: tuple[str, ...] = ()
+    not_rails: dict[str, str] = {}
+    try:  # sysfs GPUs are enough for the PCIe distances the rail rule needs
+        topo = discover_with_reader(reader, nvml=False)
+        found, gdr = topo.ports, topo.gdr
+        choice = choose_rails(topo)
+        slots = tuple(p.name for p in choice.slots)
+        not_rails = {name: why for name, why in choice.excluded.items() if name not in slots}
+    except Exception:  # an odd tree elsewhere must not stop the port checks: judge them all
+        found = tuple(p for dev in discover_rdma(reader) for p in dev.ports)
+        gdr = discover_gdr(reader)
     ports = [
         PortFacts(p.name, p.state, p.phys_state, p.rate_gbps, p.link_layer,
                   {k: v for k, v in p.counters.items() if k in ERROR_COUNTERS})
-        for dev in discover_rdma(reader) for p in dev.ports
+        for p in found
     ]
-    gdr = discover_gdr(reader)
-    return RdmaFacts(ports, gdr.mode, gdr.evidence)
+    flaps = record_link_downed(history, ports, window_s) if history else {}
+    return RdmaFacts(ports, gdr.mode, gdr.evidence, slots or None, not_rails, flaps,
+                     window_s)
+
+
+def record_link_downed(path: str, ports: list[PortFacts], window_s: float,
+                       now: float | None = None) -> dict[str, int | None]:
+    """Add this run's link_downed values to the history in ``path`` and count, per port,
+    the increases within the last ``window_s`` seconds.
+
+    The history keeps only changes (time, value), plus the last one before the window as the
+    baseline, so a node checked every minute stores a few lines. A counter that went down
+    (a reboot or driver reload resets it) starts over from its new value. A port seen for
+    the first time has no baseline: None, like the first run of gpu.xid's cursor."""
+    from slurmfabric.health import state
+
+    now = time.time() if now is None else now
+    start = now - window_s
+    saved = state.read_json(path)
+    known = saved.get("ports", {}) if isinstance(saved, dict) else {}
+    history: dict[str, list[list[float]]] = {}
+    counts: dict[str, int | None] = {}
+    for port in ports:
+        value = port.counters.get("link_downed")
+        raw = known.get(port.name)
+        samples = [s for s in raw if _sample(s)] if isinstance(raw, list) else []
+        if value is not None and (not samples or samples[-1][1] != value):
+            samples.append([now, value])
+        if not samples:
+            continue
+        before = [s for s in samples if s[0] < start]
+        inside = [s for s in samples if s[0] >= start]
+        kept = before[-1:] + inside
+        history[port.name] = kept
+        if len(samples) == 1 and raw is None:
+            counts[port.name] = None
+            continue
+        total = 0
+        for old, new in zip(kept, kept[1:]):
+            total += new[1] - old[1] if new[1] >= old[1] else new[1]
+        counts[port.name] = int(total)
+    # An unwritable state dir must not fail the port checks that share these facts.
+    with contextlib.suppress(OSError):
+        state.write_json(path, {"window_s": window_s, "ports": history})
+    return counts
+
+
+def _sample(item: object) -> bool:
+    return (isinstance(item, list) and len(item) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item))
 
 
 def _selected(facts: RdmaFacts, expect: dict) -> list[PortFacts]:
     """Ports named in ``rdma_devices`` (``mlx5_0`` = all its ports, ``mlx5_0:1`` one port),
-    or every port, in the order discovery found them."""
+    else the rail set, else every port; in the order discovery found them."""
     wanted = list(expect.get("rdma_devices") or [])
     if not wanted:
-        return facts.ports
+        if facts.rails is None:
+            return facts.ports
+        return [p for p in facts.ports if p.name in facts.rails]
     return [p for p in facts.ports if p.name in wanted or p.name.split(":")[0] in wanted]
+
+
+def _not_judged(facts: RdmaFacts, expect: dict, ports: list[PortFacts]) -> str:
+    """The ports left out, with why (information only, never a failure)."""
+    judged = {p.name for p in ports}
+    why = "not in rdma_devices" if expect.get("rdma_devices") else "not a rail"
+    return "; ".join(f"{p.name} ({facts.not_rails.get(p.name) or why})"
+                     for p in facts.ports if p.name not in judged)
 
 
 def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
@@ -112,8 +204,15 @@ def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
     if want_n is not None and len(ports) < int(want_n):
         bad.insert(0, f"{len(ports)} RDMA ports found, expected {want_n}")
     values["healthy_ports"] = healthy
+    skipped = _not_judged(facts, expect, ports)
+    info = ""
+    if skipped:
+        values["not_judged"] = skipped
+        others = [p.name for p in facts.ports if p not in ports]
+        if not expect.get("rdma_devices"):  # said where health check shows it, never drains
+            info = f"not rails, not judged: {', '.join(others)}"
     status = FAIL if bad else OK
-    return CheckResult("rdma.ports", status, "; ".join(bad), values, tuple(metrics))
+    return CheckResult("rdma.ports", status, "; ".join(bad) or info, values, tuple(metrics))
 
 
 def check_counters(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
@@ -166,6 +265,38 @@ def check_gdr(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
                        metric)
 
 
+def check_link_flaps(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    """A port whose link went down ``link_flap_threshold`` times or more within
+    ``link_flap_window_h`` hours: it passes every state check while it is up, and drops
+    NCCL's connections each time it goes down. Counted from link_downed (IBTA
+    PortCounters LinkDownedCounter, /sys/class/infiniband/DEV/ports/N/counters/link_downed,
+    Documentation/ABI/stable/sysfs-class-infiniband) across hook runs."""
+    limit = int(expect.get("link_flap_threshold") or FLAP_THRESHOLD_DEFAULT)
+    hours = facts.flap_window_s / 3600
+    bad, values, metrics = [], {}, []
+    fresh = 0
+    for port in _selected(facts, expect):
+        if port.name not in facts.flaps:
+            continue
+        count = facts.flaps[port.name]
+        if count is None:
+            fresh += 1
+            continue
+        dev, _, num = port.name.partition(":")
+        metrics.append(Metric("slurmfabric_rdma_port_link_downs_window", float(count),
+                              (("device", dev), ("port", num))))
+        if count:
+            values[port.name] = count
+        if count >= limit:
+            bad.append(f"{port.name} link went down {count} times in {hours:g} h "
+                       f"(limit {limit})")
+    values["window_h"] = hours
+    if fresh:
+        values["first_sample"] = fresh  # no baseline yet: counted from the next run
+    return CheckResult("rdma.link_flaps", FAIL if bad else OK, "; ".join(bad), values,
+                       tuple(metrics))
+
+
 def snapshot(facts: RdmaFacts) -> dict[str, dict[str, int | None]]:
     """What the prolog stores for the epilog's deltas."""
     return {p.name: dict(p.counters) for p in facts.ports}
@@ -183,5 +314,6 @@ def enabled(expect: dict) -> bool:
 CHECKS = {
     "rdma.ports": (check_ports, "fail", ("prolog", "epilog", "check", "periodic")),
     "rdma.counters": (check_counters, "pass", ("epilog", "check")),
+    "rdma.link_flaps": (check_link_flaps, "pass", ("prolog", "epilog", "check", "periodic")),
     "rdma.gdr": (check_gdr, "fail", ("prolog", "check")),
 }

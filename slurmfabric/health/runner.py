@@ -24,7 +24,7 @@ from slurmfabric.health.state import safe_name
 # a job, what a job left behind), not a state: passing the next time proves no repair, so a
 # drain by one of them is never resumed automatically (hooks._clear_stale).
 EVENT_CHECKS = frozenset({"gpu.xid", "rdma.counters", "node.leftovers", "gpu.nvlink_errors",
-                          "rdma.roce_counters"})
+                          "rdma.roce_counters", "rdma.link_flaps"})
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,9 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = Tr
         "dcgm": lambda t: dcgm.collect(
             str(expect.get("dcgmi") or "/usr/bin/dcgmi"), level, dcgm.timeout_for(expect, level),
             expect.get("gpu_stress_argv") if ctx.hook == "burnin" else None),
-        "rdma": lambda t: rdma.collect(root),
+        "rdma": lambda t: rdma.collect(  # link_downed history for rdma.link_flaps
+            root, str(cfg.state_dir / f"link-downed.{safe_name(ctx.node)}.json"),
+            float(expect.get("link_flap_window_h") or rdma.FLAP_WINDOW_H_DEFAULT) * 3600),
         "roce": lambda t: roce.collect(expect, t),
         "meminfo": lambda t: node.collect_meminfo(root),
         "disks": lambda t: node.collect_disks(list(expect.get("disks") or {})),

@@ -80,6 +80,8 @@ NODE_DEFAULTS: dict[str, Any] = {
     "gdr": None,  # True: require GPUDirect RDMA (peermem or DMA-BUF); None: when GPUs+RDMA
     "counter_delta_max": {},  # counter -> allowed increase during one job
     "counter_abs_max": {},  # counter -> absolute limit when no prolog snapshot exists
+    "link_flap_threshold": 2,  # rdma.link_flaps: link_downed increases in the window that fail
+    "link_flap_window_h": 24.0,  # ... and the window, in hours
     "min_free_mem_gb": None,
     "disks": {},  # path -> minimum free GB
     "leftover_ignore": [],  # process names never counted as leftovers
@@ -223,10 +225,11 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "throttle_fail_mask": (0, None), "throttle_warn_mask": (0, None), "rdma_ports": (0, 1024),
     "rdma_rate_gbps": (1, 10000), "min_free_mem_gb": (0, None),
     "nvlinks": (0, 64), "nvlink_speed_gbps": (0.1, 1000),
+    "link_flap_threshold": (1, 100000), "link_flap_window_h": (0.01, 8760),
 }
 INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "gpus", "pcie_gen",
                 "pcie_width", "retired_pages_max", "throttle_fail_mask", "throttle_warn_mask",
-                "rdma_ports", "nvlinks"}
+                "rdma_ports", "nvlinks", "link_flap_threshold"}
 STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv"}
 NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
                "nvlink_abs_max", "roce_delta_max"}

@@ -138,8 +138,10 @@ def make_plan(
     user_env = dict(user_env or {})
     version = parse_nccl_version(nccl_version)
     family = user_env.get("NCCL_IB_ADDR_FAMILY") or None
-    choice = choose_rails(topo, family)
+    addr_range, vlan, policy_problems = gid_policy_from_env(user_env)
+    choice = choose_rails(topo, family, addr_range=addr_range, vlan=vlan)
     plan = Plan(fabric="tcp", rails=choice, fabric_type=contract.check_type(fabric_type))
+    plan.warnings.extend(policy_problems)
     plan.warnings.extend(choice.warnings)
     plan.notes.extend(choice.notes)
     _hidden_pcie(plan, topo)
@@ -208,6 +210,7 @@ def make_plan(
     plan.bindings = place_ranks(
         topo, local_world_size, nic_ports, allowed, visible_gpus, plan.warnings
     )
+    _down_rails(plan, topo)
     if plan.fabric in ("ib", "roce") and plan.fabric_type != "tcp":
         _gdr_level(plan, topo, want)
     if plan.fabric == "ib" and "sharp" in topo.markers:
@@ -220,6 +223,57 @@ def make_plan(
     _apply_user(plan, want, user_env)
     _check_user_hca(plan, topo, user_env)
     return plan
+
+
+ROCE_VLAN_ENV = "SLURMFABRIC_ROCE_VLAN"
+
+
+def gid_policy_from_env(env: dict[str, str]) -> tuple[str | None, int | None, list[str]]:
+    """The site's RoCE GID choice: NCCL_IB_ADDR_RANGE (the rail subnet, e.g. 10.1.0.0/16;
+    NCCL >= 2.21 applies it too, NCCL env docs) and SLURMFABRIC_ROCE_VLAN (the VLAN id of
+    the netdev carrying that subnet, 0 = untagged). Unusable values are warned about and
+    ignored, never fatal on a rank."""
+    problems: list[str] = []
+    addr_range = (env.get("NCCL_IB_ADDR_RANGE") or "").strip() or None
+    if addr_range:
+        from slurmfabric.plan.rails import GidPolicy
+
+        try:
+            GidPolicy(addr_range)
+        except ValueError:
+            problems.append(f"NCCL_IB_ADDR_RANGE={addr_range!r} is not a CIDR range: ignored "
+                            "when choosing RoCE GIDs")
+            addr_range = None
+    text = (env.get(ROCE_VLAN_ENV) or "").strip()
+    vlan = int(text) if text.isdigit() and int(text) <= 4094 else None
+    if text and vlan is None:
+        problems.append(f"{ROCE_VLAN_ENV}={text!r} is not a VLAN id 0-4094: ignored")
+    return addr_range, vlan, problems
+
+
+def _down_rails(plan: Plan, topo: Topology) -> None:
+    """Name each rail whose port is not up, and what its GPUs use instead: without this the
+    only trace is a GPU far from its NIC."""
+    for port in plan.rails.down:
+        dev = topo.device(port.device)
+        line = (f"rail {port.name} is down ({port.state}/{port.phys_state}): left out of the "
+                "rails")
+        moved = []
+        for b in plan.bindings:
+            if b.gpu is None or dev is None:
+                continue
+            here = distance_rank(topo.distance(b.gpu, dev))
+            if here < distance_rank(b.nic_distance):
+                moved.append(f"GPU {b.gpu.index} uses {b.nic or 'no RDMA NIC'}"
+                             f"{f' ({b.nic_distance})' if b.nic else ''} instead of "
+                             f"{port.name} ({topo.distance(b.gpu, dev)})")
+        if moved:
+            line += "; " + "; ".join(moved)
+        elif dev is not None and topo.gpus:
+            near = [g.index for g in topo.gpus if distance_rank(topo.distance(g, dev)) <= 1]
+            if near:
+                line += f"; its GPUs {near} have no rank here"
+        plan.warnings.append(line)
 
 
 def _collnet(plan: Plan, topo: Topology, user_env: dict[str, str]) -> None:
@@ -292,7 +346,8 @@ def _rdma_env(
             f"RoCE GID index differs between rail ports ({', '.join(odd)} differ from index "
             f"{index}); NCCL < 2.21 uses one index for every port"
         )
-    if version is not None and version >= AUTO_GID_SINCE:
+    by_vlan = choice.gid_policy is not None and "VLAN" in choice.gid_policy
+    if version is not None and version >= AUTO_GID_SINCE and not (by_vlan and index is not None):
         plan.notes.append(
             f"NCCL {'.'.join(map(str, version))} picks the RoCE GID itself "
             f"(would be index {index}): NCCL_IB_GID_INDEX left unset"
@@ -300,10 +355,14 @@ def _rdma_env(
     elif index is not None:
         kind = "IPv6" if choice.family == "AF_INET6" else "IPv4-mapped"
         seen = "unknown" if version is None else ".".join(map(str, version))
+        why = (f"NCCL {seen} (< 2.21 or unknown) would default to index 0"
+               if not (version is not None and version >= AUTO_GID_SINCE)
+               else f"NCCL {seen} would pick the first routable GID, not the site's VLAN")
+        on = f" on {choice.gid_policy}" if choice.gid_policy else ""
         want["NCCL_IB_GID_INDEX"] = (
             str(index),
-            f"RoCE v2 {kind} non-link-local GID on {len(choice.gids) - len(odd)} rail ports; "
-            f"NCCL {seen} (< 2.21 or unknown) would default to index 0",
+            f"RoCE v2 {kind} non-link-local GID{on} on {len(choice.gids) - len(odd)} rail "
+            f"ports; {why}",
         )
 
 

@@ -193,6 +193,7 @@ def plan_source(root: str | None):
         inputs = [_node_key(root), str(rank_env.local_world_size or rank_env.nproc_per_node),
                   ",".join(visible_gpus_from_env(env) or ()), str(rank_env.master_addr),
                   taskenv._raw_fabric_type(opts, env), env.get("SLURMD_NODENAME", ""),
+                  env.get("SLURMFABRIC_ROCE_VLAN", ""),  # the site's RoCE GID choice
                   *sorted(f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_"))]
         path = _cache_path(env, f"plan-{_key(*inputs)}")
         data = _load(path)

@@ -137,9 +137,9 @@ class RdmaDevice(Record):
 class NetDev(Record):
     __slots__ = (
         "name", "operstate", "carrier", "speed_mbps", "type", "address", "mtu", "pci_address",
-        "master", "bond_slaves", "ipv4", "ipv6",
+        "master", "bond_slaves", "ipv4", "ipv6", "vlan_id", "vlan_of",
     )  # fmt: skip
-    _defaults = {"bond_slaves": (), "ipv4": (), "ipv6": ()}
+    _defaults = {"bond_slaves": (), "ipv4": (), "ipv6": (), "vlan_id": None, "vlan_of": None}
     name: str
     operstate: str | None  # "up", "down", "unknown"
     carrier: int | None
@@ -152,10 +152,16 @@ class NetDev(Record):
     bond_slaves: tuple[str, ...]  # non-empty when this device is a bond
     ipv4: tuple[str, ...]  # "10.0.0.5/24"
     ipv6: tuple[str, ...]
+    vlan_id: int | None  # 802.1Q VLAN id when this is a VLAN device (/proc/net/vlan/config)
+    vlan_of: str | None  # the device it tags (the VLAN's real device)
 
     @property
     def is_bond(self) -> bool:
         return bool(self.bond_slaves)
+
+    @property
+    def is_vlan(self) -> bool:
+        return self.vlan_id is not None
 
 
 class Gpu(Record):

@@ -149,6 +149,21 @@ def _ipv6_by_iface(reader: Reader) -> dict[str, list[str]]:
     return result
 
 
+def read_vlans(reader: Reader) -> dict[str, tuple[int, str]]:
+    """VLAN device -> (VLAN id, real device), from /proc/net/vlan/config.
+
+    One file for every VLAN of the network namespace, written by net/8021q/vlanproc.c
+    (``vlan_seq_show``): two header lines (``VLAN Dev name | VLAN ID``, ``Name-Type: ...``),
+    then ``"%-15s| %d  | %s"`` per device (name, VLAN id, real device). Absent when the
+    8021q module is not loaded, which means no VLAN device exists."""
+    found: dict[str, tuple[int, str]] = {}
+    for line in (reader.text("/proc/net/vlan/config") or "").splitlines():
+        cols = [c.strip() for c in line.split("|")]
+        if len(cols) == 3 and cols[1].isdigit() and cols[0] and cols[2]:
+            found[cols[0]] = (int(cols[1]), cols[2])
+    return found
+
+
 def discover_netdevs(
     reader: Reader, routes: tuple[Route, ...], *, plan_only: bool = False
 ) -> tuple[NetDev, ...]:
@@ -156,6 +171,7 @@ def discover_netdevs(
     their slaves): operstate, carrier, speed, type, MAC and MTU stay None."""
     v4 = _ipv4_by_iface(reader, routes)
     v6 = _ipv6_by_iface(reader)
+    vlans = read_vlans(reader)
     devices: list[NetDev] = []
     for name in reader.listdir(CLASS):
         base = f"{CLASS}/{name}"
@@ -173,6 +189,7 @@ def discover_netdevs(
                     if reader.exists(f"{base}/master")
                     else None,
                     tuple(slaves), tuple(v4.get(name, ())), tuple(v6.get(name, ())),
+                    *vlans.get(name, (None, None)),
                 )
             )  # fmt: skip
             continue
@@ -193,6 +210,8 @@ def discover_netdevs(
                 bond_slaves=tuple(slaves),
                 ipv4=tuple(v4.get(name, ())),
                 ipv6=tuple(v6.get(name, ())),
+                vlan_id=vlans.get(name, (None, None))[0],
+                vlan_of=vlans.get(name, (None, None))[1],
             )
         )
     return tuple(devices)
