@@ -67,7 +67,7 @@ def parse_ofed_info(text: str) -> str | None:
 
 def _nvidia(root: str, smi: str, timeout: float, found: dict, unread: dict) -> None:
     from slurmfabric.health.clocks import parse_q
-    from slurmfabric.health.gpu import run_nvsmi
+    from slurmfabric.health.gpu import normal_bus_id, run_nvsmi
     from slurmfabric.health.model import ProbeError
 
     text = read_text(os.path.join(root, "proc/driver/nvidia/version"))
@@ -80,7 +80,7 @@ def _nvidia(root: str, smi: str, timeout: float, found: dict, unread: dict) -> N
         for line in (info or "").splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "Video BIOS" and value.strip() not in ("", "??.??.??.??.??"):
-                vbios[pci.lower()] = value.strip()
+                vbios[normal_bus_id(pci)] = value.strip()
     try:
         report = parse_q(run_nvsmi(smi, ["-q", "-d", "COMPUTE"], timeout))
     except ProbeError as exc:
@@ -92,9 +92,10 @@ def _nvidia(root: str, smi: str, timeout: float, found: dict, unread: dict) -> N
             value = report.header.get(key, "")
             if value and value.upper() != "N/A":
                 found.setdefault(name, value)
+        from_proc = bool(vbios)
         for bus, fields in zip(report.bus_ids, report.gpus):
-            if fields.get("VBIOS Version") and not vbios:
-                vbios.setdefault(bus.lower(), fields["VBIOS Version"])
+            if fields.get("VBIOS Version") and not from_proc:
+                vbios[normal_bus_id(bus)] = fields["VBIOS Version"]
     if vbios:
         found["vbios"] = dict(sorted(vbios.items()))
     else:
