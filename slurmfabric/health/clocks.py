@@ -135,11 +135,44 @@ def facts_from_text(text: str) -> ClockFacts:
                       report.header.get("CUDA Version"))
 
 
-def collect(path: str, timeout: float) -> ClockFacts:
-    """One ``nvidia-smi -q -d POWER,CLOCK,PERFORMANCE,UTILIZATION`` under the deadline."""
-    from slurmfabric.health.gpu import run_nvsmi
+# NVML clocks-event-reason bits (nvml.h nvmlClocksEventReason*) -> the names -q prints.
+REASON_BITS = {0x1: IDLE, 0x2: "Applications Clocks Setting", 0x4: "SW Power Cap",
+               0x8: "HW Slowdown", 0x10: "Sync Boost", 0x20: "SW Thermal Slowdown",
+               0x40: "HW Thermal Slowdown", 0x80: "HW Power Brake Slowdown",
+               0x100: "Display Clock Setting"}
+_KEYS = ("power_enforced_w", "power_requested_w", "power_default_w", "power_min_w",
+         "power_max_w", "sm_mhz", "sm_max_mhz", "app_graphics_mhz", "app_default_graphics_mhz",
+         "app_memory_mhz", "app_default_memory_mhz", "util_pct")
 
-    return facts_from_text(run_nvsmi(path, Q_ARGS, timeout))
+
+def facts_from_nvml(gpus: list[dict[str, object]], driver: str | None) -> ClockFacts:
+    """The NVML probe's GPU dicts (nvml_probe._limits keys) as ClockFacts."""
+    out = []
+    for gpu in gpus:
+        mask = gpu.get("clocks_event_reasons")
+        reasons = [name for bit, name in REASON_BITS.items()
+                   if isinstance(mask, int) and mask & bit]
+        row = {k: (float(gpu[k]) if isinstance(gpu.get(k), (int, float)) else None)
+               for k in _KEYS}
+        out.append({"index": gpu.get("index"), "bus_id": gpu.get("bus_id"), **row,
+                    "pstate": None, "reasons": reasons})
+    return ClockFacts(out, driver, None)
+
+
+def collect(expect: dict, timeout: float) -> ClockFacts:
+    """NVML (in its child process) where the site's ``gpu_source`` reads NVML, else one
+    ``nvidia-smi -q -d POWER,CLOCK,PERFORMANCE,UTILIZATION`` under the deadline."""
+    import importlib.util
+
+    from slurmfabric.health import gpu
+
+    source = str(expect.get("gpu_source", "auto"))
+    if source in ("auto", "nvml") and importlib.util.find_spec("pynvml") is not None:
+        facts = gpu.collect_nvml(timeout)
+        if facts is not None:
+            return facts_from_nvml(facts.gpus, facts.driver)
+    path = str(expect.get("nvidia_smi") or "/usr/bin/nvidia-smi")
+    return facts_from_text(gpu.run_nvsmi(path, Q_ARGS, timeout))
 
 
 # --- the check (pure) -----------------------------------------------------------------------

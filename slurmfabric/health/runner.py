@@ -118,7 +118,7 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = Tr
             str(expect.get("kmsg_source") or "/dev/kmsg"),
             str(cfg.state_dir / f"kmsg-cursor.{safe_name(ctx.node)}"), root,
             str(cfg.state_dir / "jobs"), ctx.node),
-        "gpu_clocks": lambda t: clocks.collect(smi, t),
+        "gpu_clocks": lambda t: clocks.collect(expect, t),
         "versions": lambda t: versions.collect(ctx.node, expect, t, ctx.hook, ctx.job_nodelist,
                                                gpu.enabled(expect)),
         "leftovers": lambda t: node.collect_leftovers(

@@ -3,6 +3,7 @@ replayed by the fake nvidia-smi on a scenario directory (q.txt)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -30,9 +31,12 @@ def fake_smi(tmp: Path, capture: str | None = None, text: str | None = None) -> 
     return str(link)
 
 
+def collect(path: str) -> clocks.ClockFacts:
+    return clocks.collect({"gpu_source": "nvidia-smi", "nvidia_smi": path}, 5)
+
+
 def judge(path: str, **expect) -> object:
-    facts = clocks.collect(path, 5)
-    return clocks.check_clocks(facts, {**NODE_DEFAULTS, **expect}, PROLOG)
+    return clocks.check_clocks(collect(path), {**NODE_DEFAULTS, **expect}, PROLOG)
 
 
 @pytest.mark.parametrize(("capture", "gpus"), [
@@ -47,7 +51,7 @@ def test_healthy_captures_pass(tmp_path: Path, capture: str, gpus: int) -> None:
 
 def test_idle_gpus_downclock_legitimately(tmp_path: Path) -> None:
     # Every V100 idles at 135 MHz of 1530 MHz (Idle active, 0 %): never judged as slow.
-    facts = clocks.collect(fake_smi(tmp_path, "v100x8-550-q.txt"), 5)
+    facts = collect(fake_smi(tmp_path, "v100x8-550-q.txt"))
     assert {(g["sm_mhz"], g["sm_max_mhz"], g["util_pct"]) for g in facts.gpus} == {
         (135.0, 1530.0, 0.0)}
     assert clocks.check_clocks(facts, NODE_DEFAULTS, PROLOG).status == OK
@@ -67,7 +71,7 @@ def test_a_capped_power_limit_fails_and_names_the_figures(tmp_path, capture, rea
 def test_the_capped_captures_passed_every_check_before(tmp_path: Path) -> None:
     """Before gpu.clocks, the only power signal judged was the throttle bitmask: the capped
     GH200 idles (only Idle set), so gpu.throttle passes it."""
-    facts = clocks.collect(fake_smi(tmp_path, "gh200-550-q.txt"), 5)
+    facts = collect(fake_smi(tmp_path, "gh200-550-q.txt"))
     bits = {name: bit for bit, name in gpu.THROTTLE_BITS.items()}
     names = {"Idle": "GPU idle", "SW Power Cap": "SW power cap"}
     mask = sum(bits[names[r]] for r in facts.gpus[0]["reasons"])
@@ -135,7 +139,7 @@ def test_an_old_board_that_reports_nothing_is_said_not_failed(tmp_path: Path) ->
 
 def test_no_report_is_a_probe_error(tmp_path: Path) -> None:
     with pytest.raises(ProbeError, match="no GPU sections"):
-        clocks.collect(fake_smi(tmp_path, text="No devices were found\n"), 5)
+        collect(fake_smi(tmp_path, text="No devices were found\n"))
 
 
 def test_registered_once_with_prometheus_metrics(tmp_path: Path) -> None:
@@ -160,3 +164,25 @@ def test_corpus_is_not_a_copy_of_other_fixtures() -> None:
     others = [p for p in fixtures.rglob("*.txt") if "corpus" not in p.parts]
     assert not [p for p in others if p.read_text(errors="replace") in mine]
     assert shutil.which("sh")  # the fake nvidia-smi is a shell script
+
+
+def test_nvml_gives_the_same_verdict_as_nvidia_smi(tmp_path: Path, monkeypatch) -> None:
+    """The fake NVML answers with the GH200 capture's own figures (mW and MHz, as NVML
+    reports them): the NVML source reaches the same failure."""
+    smi = collect(fake_smi(tmp_path, "gh200-550-q.txt")).gpus[0]
+    mw = {k: int(smi[f"power_{k}_w"] * 1000) for k in ("enforced", "default", "min", "max")}
+    data = {"driver": "550.127.05", "cuda": 12040, "gpus": [{
+        "uuid": "GPU-35d58415-1094-5ad1-64d1-b797587d33a7", "name": "NVIDIA GH200 480GB",
+        "bus_id": smi["bus_id"], "reasons": 0x1, "vbios": "96.00.8D.00.03",
+        "power": {**mw, "limit": int(smi["power_requested_w"] * 1000)},
+        "clocks": {"sm": 345, "sm_max": 1980, "app_graphics": 1980,
+                   "app_default_graphics": 1980, "app_mem": 2619, "app_default_mem": 2619},
+        "util": 0}]}
+    path = tmp_path / "nvml.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv("FAKE_NVML_JSON", str(path))
+    monkeypatch.setenv("PYTHONPATH", str(NVSMI.parent / "nvml"))
+    facts = clocks.collect({"gpu_source": "nvml"}, 10)
+    assert facts.gpus[0]["reasons"] == ["Idle"] and facts.gpus[0]["sm_max_mhz"] == 1980
+    result = clocks.check_clocks(facts, NODE_DEFAULTS, PROLOG)
+    assert result.reason == judge(fake_smi(tmp_path, "gh200-550-q.txt")).reason
