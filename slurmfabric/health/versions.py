@@ -103,12 +103,18 @@ def _nvidia(root: str, smi: str, timeout: float, found: dict, unread: dict) -> N
 
 
 def collect_local(node: str, expect: dict, timeout: float, gpus: bool = True) -> Inventory:
-    """This node's inventory; nothing here raises for a missing tool."""
+    """This node's inventory; nothing here raises for a missing tool. nvidia-smi and
+    ofed_info share one deadline of ``timeout`` seconds, so two hung tools cost no more."""
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(0.05, deadline - time.monotonic())
+
     root = str(expect.get("sysfs_root") or "/")
     found: dict[str, object] = {}
     unread: dict[str, str] = {}
     if gpus:
-        _nvidia(root, str(expect.get("nvidia_smi") or "/usr/bin/nvidia-smi"), timeout,
+        _nvidia(root, str(expect.get("nvidia_smi") or "/usr/bin/nvidia-smi"), left(),
                 found, unread)
     hcas = {}
     ib = os.path.join(root, "sys/class/infiniband")
@@ -123,7 +129,7 @@ def collect_local(node: str, expect: dict, timeout: float, gpus: bool = True) ->
     ofed = str(expect.get("ofed_info") or "/usr/bin/ofed_info")
     if os.path.exists(ofed):
         try:
-            out = run_command([ofed, "-s"], timeout, name="ofed_info")
+            out = run_command([ofed, "-s"], left(), name="ofed_info")
             value = parse_ofed_info(out.stdout) if out.returncode == 0 else None
             if value:
                 found["ofed"] = value

@@ -225,3 +225,20 @@ def test_registered_with_an_info_metric(tmp_path: Path) -> None:
 def test_pins_are_checked_at_load(pins, message) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         resolve({"nodes": [{"versions": pins}]}, "gpu001", None)
+
+
+def test_hung_tools_share_one_deadline(tmp_path: Path) -> None:
+    """nvidia-smi and ofed_info both hang: the inventory still comes back within about one
+    deadline, saying what it could not read; the firmware and kernel are still there."""
+    import time
+
+    expect = expect_for(tmp_path, "h200-550-q.txt", "ibstat-cx6dx-l2fwdnv6.txt")
+    hang = tmp_path / "hang-tool"
+    hang.write_text("#!/bin/sh\nexec sleep 30\n")
+    hang.chmod(0o755)
+    expect.update(nvidia_smi=str(hang), ofed_info=str(hang))
+    start = time.monotonic()
+    inv = versions.collect_local("gpu001", expect, 1.0)
+    assert time.monotonic() - start < 2.0
+    assert "did not return" in inv.unread["cuda"] and "did not return" in inv.unread["ofed"]
+    assert inv.versions["hca_fw"] == {"mlx5_0": "22.32.2004", "mlx5_1": "22.32.2004"}
