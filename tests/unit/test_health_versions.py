@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fakesysfs
 import pytest
-from helpers import NVSMI
+from helpers import NVSMI, fake_slurm, h100_tree, hgx_node, slurm_nodes, write_config
 
 from slurmfabric.errors import ConfigError
 from slurmfabric.health import runner, versions
@@ -242,3 +242,27 @@ def test_hung_tools_share_one_deadline(tmp_path: Path) -> None:
     assert time.monotonic() - start < 2.0
     assert "did not return" in inv.unread["cuda"] and "did not return" in inv.unread["ofed"]
     assert inv.versions["hca_fw"] == {"mlx5_0": "22.32.2004", "mlx5_1": "22.32.2004"}
+
+
+def test_the_prolog_drains_on_a_pinned_driver_and_leaves_its_inventory(tmp_path) -> None:
+    """End to end through 'health prolog': the HGX fixture node against a pin of 550.54.15,
+    with every other check passing. The kernel module's version (/proc/driver/nvidia/version
+    of the fake tree, 535.104.05) is the driver's; nvidia-smi's header only fills in."""
+    shared = tmp_path / "shared"
+    cfg = write_config(tmp_path / "health.toml", tmp_path / "state", [hgx_node(
+        "gpu007", "h100-535-healthy", h100_tree(tmp_path / "root"),
+        versions={"driver": "550.54.15"}, versions_dir=str(shared))])
+    env = fake_slurm(tmp_path, {"gpu007": ("IDLE", "")})
+    env.update(SLURMFABRIC_HEALTH_CONFIG=str(cfg), SLURMD_NODENAME="gpu007",
+               SLURM_JOB_ID="41", SLURM_JOB_NODELIST="gpu[007-008]")
+    proc = subprocess.run([sys.executable, "-m", "slurmfabric", "health", "prolog"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert slurm_nodes(env)["gpu007"]["reason"] == (
+        "slurmfabric: node.versions: driver 535.104.05 (pinned 550.54.15)")
+    saved = json.loads((shared / "gpu007.json").read_text())
+    assert saved["versions"]["driver"] == "535.104.05"
+    assert saved["versions"]["hca_fw"]["mlx5_0"] == "28.39.1002"
+    prom = (tmp_path / "state" / "gpu007.prom").read_text()
+    assert ('slurmfabric_node_version_info{node="gpu007",component="driver",'
+            'version="535.104.05"} 1') in prom
