@@ -111,7 +111,7 @@ NODE_DEFAULTS: dict[str, Any] = {
     # node.versions / node.version_skew (health/versions.py)
     "versions": {},  # pins: {driver = "550.54.15", hca_fw = ["28.39.1002"], ...}
     "versions_dir": "",  # shared directory for every node's inventory; "": no drift check
-    "version_drift_fail": False,  # true: a node unlike the job's majority fails, not warns
+    "version_skew_fail": False,  # true: a node unlike the job's majority fails, not warns
     "ofed_info": "/usr/bin/ofed_info",
     "nccl_lib_dirs": [],  # []: the system library directories (versions.NCCL_DIRS)
 }

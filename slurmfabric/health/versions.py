@@ -296,7 +296,7 @@ def check_drift(inv: Inventory, expect: dict, ctx) -> CheckResult:
         return CheckResult("node.version_skew", OK, "", values)
     reason = "; ".join(f"{o.component} {o.value} ({o.count}/{o.total} nodes of the job have "
                        f"{o.majority})" for o in mine)
-    status = FAIL if expect.get("version_drift_fail") else WARN
+    status = FAIL if expect.get("version_skew_fail") else WARN
     return CheckResult("node.version_skew", status, reason, values)
 
 

@@ -176,7 +176,7 @@ def test_a_node_unlike_the_jobs_majority_is_reported(tmp_path: Path) -> None:
                                                          "gpu003": WARN}
     # The VBIOS differ on all three (three GPU models): no majority, not reported.
     assert results["gpu003"].reason == "driver 550.90.12 (2/3 nodes of the job have 550.127.05)"
-    strict = _job(tmp_path / "strict", version_drift_fail=True)
+    strict = _job(tmp_path / "strict", version_skew_fail=True)
     for name, expect in strict.items():
         versions.collect(name, expect, 5, "prolog", "gpu[001-003]")
     inv = versions.collect("gpu003", strict["gpu003"], 5, "check", "gpu[001-003]")
