@@ -58,8 +58,8 @@ def registry() -> list[CheckSpec]:
     for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("roce", roce.CHECKS),
                         ("kmsg", xid.CHECKS),
                         ("nvlink", nvlink.LINK_CHECKS), ("fabric", nvlink.FABRIC_CHECKS),
-                        ("dcgm", dcgm.CHECKS), ("gpu_clocks", clocks.CHECKS),
-                        ("versions", versions.CHECKS)):
+                        ("dcgm", dcgm.CHECKS),
+                        ("gpu_clocks", clocks.CHECKS), ("versions", versions.CHECKS)):
         for name, (func, on_error, hooks) in table.items():
             specs.append(CheckSpec(name, fact, func, on_error, hooks))
     facts = {"node.memory": "meminfo", "node.disk": "disks", "node.leftovers": "leftovers"}
@@ -195,7 +195,8 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
              "roce": roce.enabled(cfg.expect),
              "nvlink": has_gpus and nvlink.links_enabled(cfg.expect, switches),
              "fabric": switches is not None,
-             "dcgm": has_gpus and level > 0, "gpu_clocks": has_gpus,
+             "dcgm": has_gpus and level > 0,
+             "gpu_clocks": has_gpus,
              "disks": bool(cfg.expect.get("disks")),
              "leftovers": bool(ctx.job_id)}
     specs = [s for s in specs if gates.get(s.fact, True) and _active(s, cfg, ctx)]
