@@ -1,4 +1,4 @@
-"""``slurmfabric health check|prolog|epilog|periodic|burn-in|resume|install-hooks``.
+"""``slurmfabric health check|prolog|epilog|periodic|burn-in|resume|install-hooks|versions``.
 
 ``prolog``/``epilog`` are what the scripts in prolog/ and epilog/ call (Slurm sets
 SLURMD_NODENAME and the job's variables); ``periodic`` is what healthcheck/ calls as
@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="node name or hostlist (default: this node)")
     p.add_argument("--no-check", action="store_true",
                    help="do not run the checks first (resume on the reason alone)")
+    p = sub.add_parser("versions", help="compare the version inventories the hooks left in "
+                       "versions_dir: print the nodes unlike the majority (exit 1 if any)")
+    p.add_argument("paths", nargs="+", metavar="DIR-or-FILE",
+                   help="the shared versions_dir, or <node>.json inventories")
     p = sub.add_parser("install-hooks", help="write the prolog, epilog and HealthCheckProgram "
                        "scripts with absolute paths")
     p.add_argument("dest", help="directory to write slurmfabric-prolog, slurmfabric-epilog "
@@ -91,6 +95,28 @@ def _check(args: argparse.Namespace) -> int:
         print(f"node {node}: {run.status.upper()} in {run.seconds:.3f} s")
         print(outputs.table(run.results))
     return 1 if run.blocking else 0
+
+
+def _versions(args: argparse.Namespace) -> int:
+    from slurmfabric.errors import UsageError
+    from slurmfabric.health import versions
+
+    inventories = versions.load_inventories(args.paths)
+    if not inventories:
+        raise UsageError(f"no inventories in {' '.join(args.paths)}",
+                         hint="set versions_dir in [[nodes]]; prologs write <node>.json there")
+    odd = versions.drift(inventories)
+    components = {c for v in inventories.values() for c in versions.flatten(v)}
+    print(f"{len(inventories)} nodes, {len(components)} components, "
+          f"{len({o.node for o in odd})} unlike the majority")
+    if odd:
+        rows = [("NODE", "COMPONENT", "VALUE", "MAJORITY")] + [
+            (o.node, o.component, o.value or "-", f"{o.majority} ({o.count}/{o.total})")
+            for o in odd]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for row in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
+    return 1 if odd else 0
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -182,6 +208,8 @@ def main(argv: list[str]) -> int:
         return _check(args)
     if args.action == "resume":
         return _resume(args)
+    if args.action == "versions":
+        return _versions(args)
     if args.action == "burn-in":
         from slurmfabric.health import hooks
 

@@ -110,6 +110,7 @@ class Context:
     counters_before: dict | None = None  # RDMA counters from this job's prolog
     nvlink_before: dict | None = None  # NVLink error counters from this job's prolog
     roce_before: dict | None = None  # RoCE loss/pause counters from this job's prolog
+    job_nodelist: str | None = None  # SLURM_JOB_NODELIST: node.version_skew's peers
 
     @classmethod
     def from_env(cls, hook: str, node: str, env: dict[str, str], deep: bool = False,
@@ -130,4 +131,5 @@ class Context:
                 parts = env.get(key, "0").split(":")
                 if any(p.strip() not in ("", "0") for p in parts):
                     deep = True
-        return cls(hook, node, env.get("SLURM_JOB_ID") or None, gpus, deep)
+        return cls(hook, node, env.get("SLURM_JOB_ID") or None, gpus, deep,
+                   job_nodelist=env.get("SLURM_JOB_NODELIST") or None)

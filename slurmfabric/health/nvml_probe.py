@@ -63,6 +63,7 @@ def _gpu(nv, index: int) -> dict[str, object]:
     gpu["pcie_gen_max"] = get("nvmlDeviceGetMaxPcieLinkGeneration")
     gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth")
     gpu["pcie_width_max"] = get("nvmlDeviceGetMaxPcieLinkWidth")
+    gpu.update(_limits(nv, handle))
     procs = get("nvmlDeviceGetComputeRunningProcesses")
     if isinstance(procs, str):
         gpu["procs_error"] = procs
@@ -70,6 +71,44 @@ def _gpu(nv, index: int) -> dict[str, object]:
     else:
         gpu["procs"] = [{"pid": int(p.pid), "process": None} for p in procs or []]
     return gpu
+
+
+def _limits(nv, handle) -> dict[str, object]:
+    """Power limits (mW -> W) and clocks (MHz) for gpu.clocks (health/clocks.py keys), from
+    the NVML device queries of the same names (NVML API reference, Device Queries). Any
+    error reads as None: these fields never fail the other GPU checks."""
+    def get(func_name: str, *args: object) -> object:
+        func = getattr(nv, func_name, None)
+        try:
+            return None if func is None else func(handle, *args)
+        except nv.NVMLError:
+            return None
+
+    def watts(value: object) -> float | None:
+        return value / 1000.0 if isinstance(value, int) else None
+
+    out: dict[str, object] = {
+        "power_enforced_w": watts(get("nvmlDeviceGetEnforcedPowerLimit")),
+        "power_requested_w": watts(get("nvmlDeviceGetPowerManagementLimit")),
+        "power_default_w": watts(get("nvmlDeviceGetPowerManagementDefaultLimit")),
+        "vbios": get("nvmlDeviceGetVbiosVersion"),
+    }
+    bounds = get("nvmlDeviceGetPowerManagementLimitConstraints")  # (min, max) in mW
+    if isinstance(bounds, (tuple, list)) and len(bounds) == 2:
+        out["power_min_w"], out["power_max_w"] = watts(bounds[0]), watts(bounds[1])
+    clock_sm = getattr(nv, "NVML_CLOCK_SM", 1)
+    graphics, memory = getattr(nv, "NVML_CLOCK_GRAPHICS", 0), getattr(nv, "NVML_CLOCK_MEM", 2)
+    out["sm_mhz"] = get("nvmlDeviceGetClockInfo", clock_sm)
+    out["sm_max_mhz"] = get("nvmlDeviceGetMaxClockInfo", clock_sm)
+    out["app_graphics_mhz"] = get("nvmlDeviceGetApplicationsClock", graphics)
+    out["app_default_graphics_mhz"] = get("nvmlDeviceGetDefaultApplicationsClock", graphics)
+    out["app_memory_mhz"] = get("nvmlDeviceGetApplicationsClock", memory)
+    out["app_default_memory_mhz"] = get("nvmlDeviceGetDefaultApplicationsClock", memory)
+    rates = get("nvmlDeviceGetUtilizationRates")
+    out["util_pct"] = getattr(rates, "gpu", None)
+    if isinstance(out["vbios"], bytes):
+        out["vbios"] = out["vbios"].decode()
+    return out
 
 
 def collect() -> dict[str, object]:
@@ -87,6 +126,10 @@ def collect() -> dict[str, object]:
                 "node_fault": code in _NODE_FAULTS}
     try:
         driver = _text(nv.nvmlSystemGetDriverVersion())
+        cuda = None
+        with contextlib.suppress(nv.NVMLError, AttributeError):
+            version = int(nv.nvmlSystemGetCudaDriverVersion())  # 12040 -> "12.4"
+            cuda = f"{version // 1000}.{version % 1000 // 10}"
         count = nv.nvmlDeviceGetCount()
         gpus = []
         for index in range(count):
@@ -96,7 +139,7 @@ def collect() -> dict[str, object]:
                 code = getattr(exc, "value", None)
                 return {"error": f"GPU{index}: {_text(nv.nvmlErrorString(code))}",
                         "node_fault": code in _NODE_FAULTS}
-        return {"gpus": gpus, "driver": driver}
+        return {"gpus": gpus, "driver": driver, "cuda": cuda}
     finally:
         with contextlib.suppress(nv.NVMLError):
             nv.nvmlShutdown()

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from slurmfabric.health import dcgm, gpu, node, nvlink, rdma, roce, xid
+from slurmfabric.health import clocks, dcgm, gpu, node, nvlink, rdma, roce, versions, xid
 from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, ProbeError, worst
 from slurmfabric.health.probe import run_command
 from slurmfabric.health.siteconfig import SiteConfig
@@ -58,7 +58,8 @@ def registry() -> list[CheckSpec]:
     for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("roce", roce.CHECKS),
                         ("kmsg", xid.CHECKS),
                         ("nvlink", nvlink.LINK_CHECKS), ("fabric", nvlink.FABRIC_CHECKS),
-                        ("dcgm", dcgm.CHECKS)):
+                        ("dcgm", dcgm.CHECKS),
+                        ("gpu_clocks", clocks.CHECKS), ("versions", versions.CHECKS)):
         for name, (func, on_error, hooks) in table.items():
             specs.append(CheckSpec(name, fact, func, on_error, hooks))
     facts = {"node.memory": "meminfo", "node.disk": "disks", "node.leftovers": "leftovers"}
@@ -119,6 +120,9 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = Tr
             str(expect.get("kmsg_source") or "/dev/kmsg"),
             str(cfg.state_dir / f"kmsg-cursor.{safe_name(ctx.node)}"), root,
             str(cfg.state_dir / "jobs"), ctx.node),
+        "gpu_clocks": lambda t: clocks.collect(expect, t),
+        "versions": lambda t: versions.collect(ctx.node, expect, t, ctx.hook, ctx.job_nodelist,
+                                               gpu.enabled(expect)),
         "leftovers": lambda t: node.collect_leftovers(
             ctx.job_id, list(expect.get("leftover_ignore") or []), ctx.node),
     }
@@ -194,6 +198,7 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
              "nvlink": has_gpus and nvlink.links_enabled(cfg.expect, switches),
              "fabric": switches is not None,
              "dcgm": has_gpus and level > 0,
+             "gpu_clocks": has_gpus,
              "disks": bool(cfg.expect.get("disks")),
              "leftovers": bool(ctx.job_id)}
     specs = [s for s in specs if gates.get(s.fact, True) and _active(s, cfg, ctx)]

@@ -106,6 +106,16 @@ NODE_DEFAULTS: dict[str, Any] = {
     "ethtool": "/usr/sbin/ethtool",
     "mlnx_qos": "/usr/bin/mlnx_qos",  # MLNX_OFED / mlnx-tools; "" to use dcb only
     "dcb": "/usr/sbin/dcb",  # iproute2
+    # gpu.clocks (health/clocks.py): power and clocks against the GPU's own limits
+    "power_limit_tolerance": 0.05,  # enforced power limit may sit this far below default
+    "busy_util_pct": 80,  # a GPU this busy ...
+    "sm_clock_min_ratio": 0.5,  # ... with its SM clock below this share of max, a limiter set
+    # node.versions / node.version_skew (health/versions.py)
+    "versions": {},  # pins: {driver = "550.54.15", hca_fw = ["28.39.1002"], ...}
+    "versions_dir": "",  # shared directory for every node's inventory; "": no drift check
+    "version_skew_fail": False,  # true: a node unlike the job's majority fails, not warns
+    "ofed_info": "/usr/bin/ofed_info",
+    "nccl_lib_dirs": [],  # []: the system library directories (versions.NCCL_DIRS)
 }
 
 # [runner] keys whose value is one of a fixed set (checked at load, with the choices).
@@ -226,11 +236,14 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "rdma_rate_gbps": (1, 10000), "min_free_mem_gb": (0, None),
     "nvlinks": (0, 64), "nvlink_speed_gbps": (0.1, 1000),
     "link_flap_threshold": (1, 100000), "link_flap_window_h": (0.01, 8760),
+    "power_limit_tolerance": (0.0, 1.0), "busy_util_pct": (0, 100),
+    "sm_clock_min_ratio": (0.0, 1.0),
 }
 INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "gpus", "pcie_gen",
                 "pcie_width", "retired_pages_max", "throttle_fail_mask", "throttle_warn_mask",
                 "rdma_ports", "nvlinks", "link_flap_threshold"}
-STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv"}
+STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv", "nccl_lib_dirs"}
+VERSION_PINS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
 NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
                "nvlink_abs_max", "roce_delta_max"}
 NVLINK_COUNTERS = ("replay", "recovery", "crc")  # nvlink.COUNTERS' names
@@ -299,6 +312,8 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
         return _dcgm_table(key, value, bad)
     if key == "roce_profile":
         return _roce_profile(value, bad)
+    if key == "versions":
+        return _version_pins(value, bad)
     if key in NODE_CHOICES:
         if value not in NODE_CHOICES[key]:
             return bad(f"{key} = {_one_line(repr(value))}; use one of "
@@ -340,6 +355,22 @@ def _roce_profile(value: Any, bad: Any) -> Any:
         if not rule[0](item):
             return bad(f"roce_profile.{name} = {_one_line(repr(item))[:60]} should be "
                        f"{rule[1]}")
+    return value
+
+
+def _version_pins(value: Any, bad: Any) -> Any:
+    """``versions = {driver = "550.54.15", hca_fw = ["28.39.1002", "22.39.1002"]}``."""
+    if not isinstance(value, dict):
+        return bad('versions should be a table, e.g. versions = { driver = "550.54.15" }')
+    for name, item in value.items():
+        if name not in VERSION_PINS:
+            return bad(f"versions.{_one_line(repr(name))} is not a component; use "
+                       f"{', '.join(VERSION_PINS)}")
+        items = item if isinstance(item, list) else [item]
+        if not items or not all(isinstance(v, str) and v.strip() and "\n" not in v
+                                for v in items):
+            return bad(f"versions.{name} = {_one_line(repr(item))[:60]} should be a version "
+                       "string or a list of them")
     return value
 
 

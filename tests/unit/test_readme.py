@@ -121,6 +121,8 @@ ELSEWHERE: dict[str, str] = {
         "tests/cluster/test_jobs_cluster.py::test_the_summary_names_the_rank_its_node_and_exit_7",
     "slurmfabric jobs cancel 1234 [--signal USR2]":
         "tests/cluster/test_jobs_cluster.py::test_cancel_then_wait_says_cancelled",
+    "slurmfabric health versions /shared/slurmfabric/versions":
+        "tests/unit/test_health_versions.py::test_versions_command_prints_the_odd_nodes",
     "slurmfabric ib links --node gpu017":
         "tests/sim/test_ibaudit_sim.py::test_links_for_one_node_and_local_ibstat",
 }
