@@ -17,6 +17,7 @@ from helpers import NVSMI, fake_slurm, h100_tree, hgx_node, slurm_nodes, write_c
 
 from slurmfabric.errors import ConfigError
 from slurmfabric.health import runner, versions
+from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import FAIL, OK, WARN, Context
 from slurmfabric.health.siteconfig import NODE_DEFAULTS, resolve
 
@@ -199,7 +200,7 @@ def test_versions_command_prints_the_odd_nodes(tmp_path: Path) -> None:
         versions.collect(name, expect, 5, "prolog", None)
     proc = subprocess.run([sys.executable, "-m", "slurmfabric", "health", "versions",
                            str(tmp_path / "shared")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+                          timeout=60, env=dict(os.environ))
     assert proc.returncode == 1, proc.stderr
     assert "gpu003  driver     550.90.12  550.127.05 (2/3)" in proc.stdout
     data = json.loads((tmp_path / "shared" / "gpu003.json").read_text())
@@ -257,7 +258,7 @@ def test_the_prolog_drains_on_a_pinned_driver_and_leaves_its_inventory(tmp_path)
                SLURM_JOB_ID="41", SLURM_JOB_NODELIST="gpu[007-008]")
     proc = subprocess.run([sys.executable, "-m", "slurmfabric", "health", "prolog"], env=env,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == EXIT_NODE_BAD, proc.stderr
     assert slurm_nodes(env)["gpu007"]["reason"] == (
         "slurmfabric: node.versions: driver 535.104.05 (pinned 550.54.15)")
     saved = json.loads((shared / "gpu007.json").read_text())
