@@ -134,6 +134,21 @@ def _toml(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def base_config(launcher: str, stubs: Path) -> dict:
+    """A 2-node config of ``launcher`` whose every program is a recording stub."""
+    data: dict = {
+        "job": {"nodes": 2, "partition": "debug"},
+        "launcher": {"type": launcher, "slurmfabric": str(stubs / "slurmfabric"),
+                     "torchrun": str(stubs / "torchrun"), "mpirun": str(stubs / "mpirun")},
+        "program": {"command": [str(stubs / "probe"), "fixed-arg"]},
+    }
+    if launcher == "torchrun":
+        data["launcher"]["nproc_per_node"] = 2
+    else:
+        data["job"]["ntasks_per_node"] = 2
+    return data
+
+
 class Case:
     """One (field, value, source) combination and the sandbox it runs in."""
 
@@ -172,16 +187,7 @@ class Case:
     def build(self, stubs: Path) -> tuple[dict, str, object]:
         """(base data for the TOML file, dotted key, hostile value in its field's form)."""
         launcher = self.launcher
-        data: dict = {
-            "job": {"nodes": 2, "partition": "debug"},
-            "launcher": {"type": launcher, "slurmfabric": str(stubs / "slurmfabric"),
-                         "torchrun": str(stubs / "torchrun"), "mpirun": str(stubs / "mpirun")},
-            "program": {"command": [str(stubs / "probe"), "fixed-arg"]},
-        }
-        if launcher == "torchrun":
-            data["launcher"]["nproc_per_node"] = 2
-        else:
-            data["job"]["ntasks_per_node"] = 2
+        data = base_config(launcher, stubs)
         if launcher == "nccl-tests":
             del data["program"]["command"]
             data["launcher"]["nccl_tests"] = {"bin_dir": str(self.dir / "nt")}
@@ -458,16 +464,7 @@ def _command_case(root: Path, stubs: Path, index: int, field: str | None,
     here = root / f"cmd{index}"
     (here / "bin").mkdir(parents=True)
     launcher = COMMAND_FIELDS[field][0] if field else "srun"
-    data: dict = {
-        "job": {"nodes": 2, "partition": "debug"},
-        "launcher": {"type": launcher, "slurmfabric": str(stubs / "slurmfabric"),
-                     "torchrun": str(stubs / "torchrun"), "mpirun": str(stubs / "mpirun")},
-        "program": {"command": [str(stubs / "probe"), "fixed-arg"]},
-    }
-    if launcher == "torchrun":
-        data["launcher"]["nproc_per_node"] = 2
-    else:
-        data["job"]["ntasks_per_node"] = 2
+    data = base_config(launcher, stubs)
     if field:
         data["launcher"][field.split(".")[1]] = value
         # the name on PATH (or, with a '/', relative to the job's directory) is the stub
