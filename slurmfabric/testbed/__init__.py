@@ -398,11 +398,21 @@ class Testbed:
                   f"'{DB_PASSWORD}'", f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1'"]
         if fresh and "slurmdbd" not in pids:
             grants.append(f"DROP DATABASE IF EXISTS {DB_NAME}")
-        proc = subprocess.run(["mariadb", "--no-defaults", f"--socket={s.db_socket}", "-u",
-                               "root", "-e", "; ".join(grants)], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            raise TestbedError(f"MariaDB setup failed: {proc.stderr.strip()[-400:]}")
+        # The socket file appears at bind(), before the server listens and before it has
+        # finished starting: a connection can be refused (ERROR 2002, errno 111) for a
+        # moment on a loaded machine, so readiness is a client that gets in (CI, stop 38).
+        argv = ["mariadb", "--no-defaults", f"--socket={s.db_socket}", "-u", "root", "-e",
+                "; ".join(grants)]
+        deadline = time.monotonic() + 30
+        while True:
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode == 0:
+                break
+            if "ERROR 2002" not in proc.stderr or time.monotonic() > deadline:
+                log_tail = _tail(s.state_dir / "log" / "mariadb.log", 400)
+                raise TestbedError(f"MariaDB setup failed: {proc.stderr.strip()[-400:]}",
+                                   hint=f"the server's log ends: {log_tail}")
+            time.sleep(0.2)
         if "slurmdbd" not in pids:
             pids["slurmdbd"] = self._spawn(["slurmdbd", "-D"], "slurmdbd")
             self._write_pids(pids)
@@ -445,6 +455,13 @@ class Testbed:
             tail = logfile.read_text()[-800:]
             raise TestbedError(f"{cmd[0]} exited at once (code {proc.returncode}): {tail}")
         return proc.pid
+
+
+def _tail(path: Path, chars: int) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:].strip() or "(empty)"
+    except OSError:
+        return f"({path} unreadable)"
 
 
 __all__ = ["Settings", "Testbed", "TestbedError"]
