@@ -22,14 +22,19 @@ import pytest  # noqa: E402 - after the bytecode prefix, like everything below
 
 from slurmfabric.testbed import Testbed, default_state_dir  # noqa: E402
 
-try:  # hypothesis keeps its example database in the temp dir, not ./.hypothesis
+# hypothesis keeps its storage (example database, the constants it collects from the code
+# under test) in HYPOTHESIS_STORAGE_DIRECTORY, default ./.hypothesis: the temp dir instead.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(
+    tempfile.gettempdir(), f"slurmfabric-hypothesis-{os.getuid()}"))
+
+try:  # the example database in the same place, whatever hypothesis's defaults become
     from hypothesis import settings as _hypothesis_settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 except ImportError:  # the property tests then fail at their own import, loudly
     pass
 else:
     _hypothesis_settings.register_profile("slurmfabric", database=DirectoryBasedExampleDatabase(
-        os.path.join(tempfile.gettempdir(), f"slurmfabric-hypothesis-{os.getuid()}")))
+        os.path.join(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], "examples")))
     _hypothesis_settings.load_profile("slurmfabric")
 
 # The test helpers (fake sysfs builder, fixture node descriptions, health fixtures) import
