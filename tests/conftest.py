@@ -81,6 +81,42 @@ def clean_sf_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
 
 
+_CHECKOUT = _TESTS.parent
+_CODE_DIRS = ("benchmarks", "examples", "tests", "tests/cluster", "tests/fixtures/health",
+              "tests/fixtures/health/nvml", "tests/fixtures/topology", "tests/hostile",
+              "tests/sim", "tests/unit")
+
+
+def _litter() -> set[str]:
+    """Bytecode and hypothesis directories inside the checkout (a few ms: code dirs only)."""
+    found = {str(p.relative_to(_CHECKOUT)) for d in _CODE_DIRS
+             for p in [_CHECKOUT / d / "__pycache__"] if p.is_dir()}
+    for top, dirs, _files in os.walk(_CHECKOUT / "slurmfabric"):
+        if "__pycache__" in dirs:
+            found.add(str(Path(top, "__pycache__").relative_to(_CHECKOUT)))
+            dirs.remove("__pycache__")
+    if (_CHECKOUT / ".hypothesis").is_dir():
+        found.add(".hypothesis")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _writes_nothing_into_the_checkout():
+    """A test (or a subprocess it starts with a clean environment that drops
+    PYTHONPYCACHEPREFIX) that writes bytecode or hypothesis data into the checkout fails,
+    named, instead of leaving files that a later git status shows (issue 29)."""
+    before = _litter()
+    yield
+    new = sorted(_litter() - before)
+    if new:
+        import shutil
+
+        for rel in new:
+            shutil.rmtree(_CHECKOUT / rel, ignore_errors=True)
+        pytest.fail(f"this test wrote into the checkout: {', '.join(new)} (a subprocess env "
+                    "without PYTHONPYCACHEPREFIX? use tests/cleanenv.py)", pytrace=False)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and "cluster" in report.keywords and not report.skipped:
         _STATE["cluster_tests_run"] += 1

@@ -1,0 +1,16 @@
+"""A minimal environment for a subprocess a test starts, that still keeps bytecode out of
+the checkout: every such env carries PYTHONPYCACHEPREFIX (set by tests/conftest.py) and
+HYPOTHESIS_STORAGE_DIRECTORY, and nothing else from the caller's environment."""
+
+from __future__ import annotations
+
+import os
+
+KEEP = ("PYTHONPYCACHEPREFIX", "HYPOTHESIS_STORAGE_DIRECTORY")
+
+
+def clean_env(**variables: str) -> dict[str, str]:
+    """``variables`` plus the two names that keep the checkout clean."""
+    env = {name: os.environ[name] for name in KEEP if name in os.environ}
+    env.update(variables)
+    return env
