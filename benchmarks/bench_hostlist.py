@@ -1,4 +1,4 @@
-"""Expand and compress 100,000 names: slurmfabric.hostlist vs python-hostlist (GPL).
+"""Expand and compress 100,000 names: slurmfabric.slurm.hostlist vs python-hostlist (GPL).
 
 python-hostlist is imported here only, to compare; slurmfabric never imports it.
 Run: .venv/bin/python benchmarks/bench_hostlist.py
@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from slurmfabric import hostlist
+from slurmfabric.slurm import hostlist
 
 try:
     import hostlist as python_hostlist  # GPL: benchmark comparison only

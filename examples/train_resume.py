@@ -1,6 +1,6 @@
 """A CPU training loop that survives interruptions (gloo, run by torchrun or srun tasks).
 
-It keeps the resume contract of ``slurmfabric.resume``: it resumes from the newest complete
+It keeps the resume contract of ``slurmfabric.restart``: it resumes from the newest complete
 checkpoint in ``SLURMFABRIC_CHECKPOINT_DIR``, checkpoints every ``TRAIN_CHECKPOINT_EVERY``
 steps and whenever the supervisor asks for a checkpoint (``save_requested()``), and marks
 each step it reaches for the restart report. The "model" is one parameter ``w``. Every step
@@ -37,7 +37,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from slurmfabric import resume
+    import slurmfabric
 
     steps = int(os.environ.get("TRAIN_STEPS", "300"))
     pause = float(os.environ.get("TRAIN_STEP_SECONDS", "0.05"))
@@ -45,7 +45,7 @@ def main() -> int:
     fail_at = int(os.environ.get("TRAIN_FAIL_AT", "0"))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    checkpoints = resume.Checkpoints()
+    checkpoints = slurmfabric.Checkpoints()
 
     # Rank 0 picks the checkpoint and sends it to everyone, so all ranks start alike.
     state = torch.zeros(2, dtype=torch.float64)
@@ -58,7 +58,7 @@ def main() -> int:
     dist.broadcast(state, 0)
     start, w = int(state[0].item()), float(state[1].item())
     if rank == 0:
-        print(json.dumps({"resumed_from": start, "restart": resume.restart_count(),
+        print(json.dumps({"resumed_from": start, "restart": slurmfabric.restart_count(),
                           "worker_restart": os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
                           "node": os.environ.get("SLURMD_NODENAME")}), flush=True)
     total = world * (world + 1) / 2
@@ -76,7 +76,7 @@ def main() -> int:
         if rank != 0:
             continue
         checkpoints.mark(step)
-        asked = resume.save_requested() and not answered
+        asked = slurmfabric.save_requested() and not answered
         if asked or step % every == 0 or step == steps:
             answered = answered or asked
 
@@ -88,7 +88,7 @@ def main() -> int:
     dist.barrier()
     if rank == 0:
         print(json.dumps({"final_step": steps, "w": w.hex(), "expected": expected_w(steps).hex(),
-                          "restart": resume.restart_count()}), flush=True)
+                          "restart": slurmfabric.restart_count()}), flush=True)
     dist.destroy_process_group()
     return 0
 

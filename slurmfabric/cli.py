@@ -109,7 +109,7 @@ def _unexpected(name: str, error: Exception) -> int:
     bug. SLURMFABRIC_DEBUG=1 shows the traceback."""
     import os
 
-    from slurmfabric.textcheck import one_line
+    from slurmfabric._common.textcheck import one_line
 
     if os.environ.get("SLURMFABRIC_DEBUG") == "1":
         import traceback

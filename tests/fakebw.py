@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-from slurmfabric.hostlist import expand
+from slurmfabric.slurm.hostlist import expand
 
 HALF_SIZE = 64 << 20  # bytes at which the ramp reaches half of the peak (latency-bound below)
 

@@ -313,7 +313,7 @@ def build(node: Node, root: str | os.PathLike[str]) -> Path:
     if node.numa:
         _write(sys_ / "devices/system/node/online", ",".join(str(i) for i in sorted(node.numa)))
     _write(sys_ / "devices/system/cpu/online", node.cpus)
-    from slurmfabric._sysfs import format_cpulist, parse_cpulist
+    from slurmfabric._common.sysfs import format_cpulist, parse_cpulist
 
     cpus = parse_cpulist(node.cpus)
     for cpu in cpus:

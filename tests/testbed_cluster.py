@@ -2,7 +2,7 @@
 
 Test-only, so it lives under tests/ and stays out of the wheel; the tests get it through
 the session fixture in ``tests/conftest.py``. Only job-level conveniences live here; Slurm
-command lines themselves come from ``slurmfabric.slurmcmd``.
+command lines themselves come from ``slurmfabric.slurm.cmd``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmfabric import slurmcmd
+from slurmfabric.slurm import cmd as slurmcmd
 from slurmfabric.testbed import Testbed, write_extra_conf
 
 
@@ -90,7 +90,7 @@ class Cluster:
         import os
         import signal as signals
 
-        from slurmfabric._probe import proc_stat
+        from slurmfabric._common.probe import proc_stat
 
         log = str(self.testbed.s.state_dir / "log" / f"slurmd.{name}.log")
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmfabric._sysfs import format_cpulist
+from slurmfabric._common.sysfs import format_cpulist
 from slurmfabric.plan import Plan
 from slurmfabric.topology.model import Topology
 

@@ -3,7 +3,7 @@
 In the batch shell it prints job-level values (MASTER_ADDR, MASTER_PORT, NNODES, RDZV_ID)
 for ``eval "$(slurmfabric env)"``; inside an srun task the full rank environment.
 
-The decisions live in slurmfabric/taskenv.py (also the Python API); this module parses the
+The decisions live in slurmfabric/rank/task.py (also the Python API); this module parses the
 options and prints. It runs on every rank, so no argparse: a tiny option parser below.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from slurmfabric import taskenv
 from slurmfabric.errors import UsageError
+from slurmfabric.rank import task as taskenv
 
 USAGE = """\
 usage: slurmfabric env [--format export|json|dotenv] [--mode auto|srun|torchrun|mpi]

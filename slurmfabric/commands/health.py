@@ -99,7 +99,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _versions(args: argparse.Namespace) -> int:
     from slurmfabric.errors import UsageError
-    from slurmfabric.health import versions
+    from slurmfabric.health.checks import versions
 
     inventories = versions.load_inventories(args.paths)
     if not inventories:
@@ -120,12 +120,12 @@ def _versions(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from slurmfabric import slurmcmd
     from slurmfabric.health import drain, hooks, siteconfig
+    from slurmfabric.slurm import cmd as slurmcmd
 
     names = [args.node] if args.node else [hooks.node_name(os.environ)]
     if args.node and any(c in args.node for c in "[,"):
-        from slurmfabric.hostlist import expand
+        from slurmfabric.slurm.hostlist import expand
 
         names = expand(args.node)
     failed = 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from slurmfabric import hostlist
 from slurmfabric.errors import UsageError
+from slurmfabric.slurm import hostlist
 
 STDIN_MAX_BYTES = 16 << 20  # 100,000 names of 20 characters are 2 MB
 
@@ -13,7 +13,7 @@ STDIN_MAX_BYTES = 16 << 20  # 100,000 names of 20 characters are 2 MB
 def _stdin_expr() -> str:
     """Standard input as one expression (lines joined by ','), read like any input: capped,
     so /dev/zero on stdin is an error, not gigabytes in memory."""
-    from slurmfabric.inputfile import read_text
+    from slurmfabric._common.inputfile import read_text
 
     return read_text("-", "hostlist expression", STDIN_MAX_BYTES).replace("\n", ",")
 

@@ -18,11 +18,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from slurmfabric._common.textcheck import split_args
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 from slurmfabric.ibaudit import audit as fa
 from slurmfabric.ibaudit import names, parse, runner
-from slurmfabric.textcheck import split_args
 
 
 def _tool_options(parser: argparse.ArgumentParser) -> None:
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
 
 
 def _read(path: str, what: str) -> str:
-    from slurmfabric.inputfile import read_text
+    from slurmfabric._common.inputfile import read_text
 
     return read_text(path, what, lenient=True)
 
@@ -168,13 +168,13 @@ def _thresholds(args: argparse.Namespace) -> dict[str, int]:
 def _expect_nodes(text: str | None) -> list[str]:
     if not text:
         return []
-    from slurmfabric import hostlist
+    from slurmfabric.slurm import hostlist
 
     return list(hostlist.expand(text))
 
 
 def _load_baseline(path: str) -> dict[str, object]:
-    from slurmfabric.inputfile import read_json
+    from slurmfabric._common.inputfile import read_json
 
     data = read_json(path, "baseline")
     if not isinstance(data, dict) or not isinstance(data.get("links"), list) or not all(
@@ -231,9 +231,10 @@ def _audit(args: argparse.Namespace) -> int:
     if args.save:
         Path(args.save).write_text(json.dumps(document, indent=2) + "\n")
     if args.prom:
+        from slurmfabric._common.prom import write_textfile
         from slurmfabric.ibaudit import metrics
 
-        metrics.write_textfile(args.prom, metrics.render(links, counters, findings, now))
+        write_textfile(args.prom, metrics.render(links, counters, findings, now))
     if args.json:
         print(json.dumps(document, indent=2))
     else:

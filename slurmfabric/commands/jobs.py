@@ -68,7 +68,7 @@ def _report(job, status, as_json: bool) -> int:
 def _follow(job, rank) -> int:
     path, seen = job.log_path(rank), 0
     while True:
-        from slurmfabric import slurmcmd
+        from slurmfabric.slurm import cmd as slurmcmd
 
         text = slurmcmd.read_output_file(path)
         if len(text) > seen:
@@ -84,7 +84,7 @@ def _follow(job, rank) -> int:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from slurmfabric.jobs import Job, load_records
+    from slurmfabric.job.follow import Job, load_records
 
     if args.action == "list":
         records = load_records()

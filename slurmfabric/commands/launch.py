@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
-from slurmfabric import taskenv
 from slurmfabric.commands import env as env_cmd
 from slurmfabric.errors import UsageError
+from slurmfabric.rank import task as taskenv
 
 USAGE = """\
 usage: slurmfabric launch [--mode auto|srun|torchrun|mpi] [--addr-policy POLICY]
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
         _print(final, kept, plan, binding, command, bool(opts.get("--no-bind")))
         return 1 if getattr(plan, "errors", None) else 0
     if binding is not None and not opts.get("--no-bind"):
-        from slurmfabric.binding import apply_binding
+        from slurmfabric.rank.binding import apply_binding
 
         apply_binding(binding)
     environ.update(final)
@@ -79,7 +79,7 @@ def _print(final, kept, plan, binding, command, no_bind: bool) -> None:
     elif no_bind:
         out.append("# binding: skipped (--no-bind)")
     else:
-        from slurmfabric._sysfs import format_cpulist
+        from slurmfabric._common.sysfs import format_cpulist
 
         cpus = list(getattr(binding, "cpus", ()) or ())
         gpu = getattr(binding, "gpu", None)

@@ -11,7 +11,7 @@ import argparse
 import json
 
 from slurmfabric.errors import UsageError
-from slurmfabric.nccllog import LogReport, merge, parse_log
+from slurmfabric.nccl.log import LogReport, merge, parse_log
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _read(path: str):
-    from slurmfabric.inputfile import iter_log_lines
+    from slurmfabric._common.inputfile import iter_log_lines
 
     return iter_log_lines(path, "NCCL log")
 

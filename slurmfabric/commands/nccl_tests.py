@@ -8,7 +8,7 @@ import sys
 
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
-from slurmfabric.nccltests import (
+from slurmfabric.nccl.tests import (
     TestRun,
     discover_fabric,
     expected_busbw,
@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     args.fabric = "ib"
     rates = _rates(args)
-    from slurmfabric.inputfile import read_log_lines
+    from slurmfabric._common.inputfile import read_log_lines
 
     text = read_log_lines(args.file, "nccl-tests output")
     runs = parse(text)

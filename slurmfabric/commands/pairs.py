@@ -8,9 +8,9 @@ import re
 import sys
 from pathlib import Path
 
+from slurmfabric._common.textcheck import split_args
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
-from slurmfabric.textcheck import split_args
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -149,10 +149,10 @@ def _judge(args: argparse.Namespace, saved: dict | None = None) -> dict:
 
 
 def _expected_from(spec: str) -> float:
-    """The pair bandwidth the rails should give, from the whatif model (slurmfabric/whatif.py)
+    """The pair bandwidth the rails should give, from the whatif model (slurmfabric/whatif/model.py)
     for this node's rails ('topo') or a compute node's topology snapshot."""
-    from slurmfabric import whatif
-    from slurmfabric.nccltests import discover_fabric
+    from slurmfabric.nccl.tests import discover_fabric
+    from slurmfabric.whatif import model as whatif
 
     topo = None
     if spec != "topo":
@@ -171,7 +171,7 @@ def _expected_from(spec: str) -> float:
 
 
 def _nodes(expr: str) -> list[str]:
-    from slurmfabric.hostlist import expand
+    from slurmfabric.slurm.hostlist import expand
 
     return expand(expr)
 
@@ -200,7 +200,7 @@ def _plan(args: argparse.Namespace):
         rounds = round_robin(nodes)
     command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
     if not command or not command[0] or command[0].startswith("-"):
-        from slurmfabric.textcheck import one_line
+        from slurmfabric._common.textcheck import one_line
 
         raise UsageError(f"--command {one_line(repr(args.command), 120)}: no program first "
                          "(empty, or a leading '-' that the task's exec would read as an "
@@ -233,9 +233,9 @@ def _batch_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
 
 
 def _topology_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
+    from slurmfabric._common.inputfile import read_text
     from slurmfabric.ibaudit.names import load_namer
     from slurmfabric.ibaudit.parse import parse_ibnetdiscover
-    from slurmfabric.inputfile import read_text
     from slurmfabric.pairsweep.paths import Fabric, topology_rounds
 
     if not args.topology:
@@ -284,8 +284,8 @@ def _rdma_command(args: argparse.Namespace) -> list[str]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from slurmfabric import submit
     from slurmfabric.commands.health import _this_executable
+    from slurmfabric.job import submit
     from slurmfabric.pairsweep.plan import render_script, write_plan
 
     plan = _plan(args)
@@ -326,9 +326,9 @@ def _policy(args: argparse.Namespace):
 def _release_for_burnin(nodes: list[str], reservation: str, policy) -> None:
     """Resume the nodes slurmfabric drained into the maintenance reservation; refuse (before
     changing anything) when a node carries someone else's drain reason."""
-    from slurmfabric import slurmcmd
     from slurmfabric.errors import SlurmCommandError
     from slurmfabric.health import drain as drain_mod
+    from slurmfabric.slurm import cmd as slurmcmd
 
     try:
         slurmcmd.show("reservation", reservation)
@@ -533,9 +533,9 @@ def _report_batch(args: argparse.Namespace, results: Path) -> int:
 
 def _cables(args: argparse.Namespace, analysis, values) -> list:
     """The cables the topology puts on every path of a bad pair and on no good one."""
+    from slurmfabric._common.inputfile import read_text
     from slurmfabric.ibaudit.names import load_namer
     from slurmfabric.ibaudit.parse import parse_ibnetdiscover
-    from slurmfabric.inputfile import read_text
     from slurmfabric.pairsweep.paths import Fabric, shared_cables
 
     topo = parse_ibnetdiscover(read_text(args.topology, "ibnetdiscover topology"))

@@ -40,7 +40,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def chosen_bin(args: argparse.Namespace, config: Any) -> str | None:
     """The --slurmfabric-bin/--embed-bin choice; warns when the path is login-node only."""
-    from slurmfabric import render
+    from slurmfabric.job import render
 
     override = args.slurmfabric_bin
     if args.embed_bin:
@@ -59,7 +59,7 @@ def chosen_bin(args: argparse.Namespace, config: Any) -> str | None:
 @functools.lru_cache(maxsize=4)
 def _script_text(path: str) -> str:
     """A rendered script's text, read once for its config and its re-render line."""
-    from slurmfabric.inputfile import read_text
+    from slurmfabric._common.inputfile import read_text
 
     return read_text(path, "script", 16 << 20, lenient=True)
 
@@ -68,7 +68,7 @@ def rerender_command(args: argparse.Namespace) -> str:
     """The command line that reproduces this render (shown in the script header); from a
     script, the script's own line, so that re-rendering it gives the same script."""
     if args.from_script:
-        from slurmfabric.render import rerender_from_script
+        from slurmfabric.job.render import rerender_from_script
 
         line = rerender_from_script(_script_text(args.from_script))
         if line:
@@ -91,7 +91,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if args.from_script:
         if args.config or args.sets:
             raise UsageError("--from-script cannot be combined with -c or --set")
-        from slurmfabric.render import config_from_script
+        from slurmfabric.job.render import config_from_script
 
         return config_from_script(_script_text(args.from_script))
     from slurmfabric.config import load_config
@@ -120,11 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from slurmfabric import render
+    from slurmfabric.job import render
 
     config = config_from_args(args)
     if args.target != "sbatch":
-        from slurmfabric import k8smanifest
+        from slurmfabric.job import k8s as k8smanifest
 
         if args.part != "script":
             raise UsageError("--part is for sbatch scripts; a manifest is one document")

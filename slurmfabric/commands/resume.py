@@ -15,7 +15,7 @@ from dataclasses import asdict
 
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
-from slurmfabric.resume import EVENTS
+from slurmfabric.restart import EVENTS
 
 
 def _events(text: str) -> list[str]:
@@ -69,14 +69,14 @@ def main(argv: list[str]) -> int:
         if not args.checkpoint_dir:
             raise UsageError("no checkpoint directory: give --checkpoint-dir or set "
                              "SLURMFABRIC_CHECKPOINT_DIR")
-        from slurmfabric.resume.supervisor import Options, supervise
+        from slurmfabric.restart.supervisor import Options, supervise
 
         options = Options(events=args.events, max_restarts=int(args.max_restarts),
                           signal=args.signal, grace=int(args.grace), mode=args.mode,
                           keep=int(args.keep), launcher=args.launcher, script=args.script,
                           checkpoint_dir=os.path.abspath(args.checkpoint_dir))
         return supervise(command, options)
-    from slurmfabric.resume.report import format_history, history
+    from slurmfabric.restart.report import format_history, history
 
     found = history(args.directory, args.run)
     if found is None:

@@ -82,7 +82,7 @@ def _facts(args: argparse.Namespace) -> int:
     ports = collect(_root(args.sysfs_root), _tools(args))
     data = {"node": _node(), "time": time.time(), "ports": [p.to_dict() for p in ports]}
     if args.output_dir:
-        from slurmfabric.health.state import safe_name
+        from slurmfabric._common.files import safe_name
         from slurmfabric.site.install import write_atomic
 
         out = Path(args.output_dir) / f"{safe_name(data['node'])}.{args.sample}.json"
@@ -108,10 +108,10 @@ def _facts(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from slurmfabric import submit
     from slurmfabric.commands.health import _this_executable
-    from slurmfabric.hostlist import expand
-    from slurmfabric.render import environment
+    from slurmfabric.job import submit
+    from slurmfabric.job.render import environment
+    from slurmfabric.slurm.hostlist import expand
 
     nodes = expand(args.nodes)
     results = Path(args.results)
@@ -157,8 +157,8 @@ def _report(args: argparse.Namespace) -> int:
                          hint="run 'slurmfabric roce audit' first (or roce facts --output-dir)")
     profiles = None
     if args.health_config:
-        from slurmfabric.health import roce as health_roce
         from slurmfabric.health import siteconfig
+        from slurmfabric.health.checks import roce as health_roce
 
         profiles = {}
         for node in samples:
@@ -167,9 +167,9 @@ def _report(args: argparse.Namespace) -> int:
                 profiles[node] = health_roce.profile_from(expect)
     report = audit.analyze(samples, profiles)
     if args.prom:
-        from slurmfabric.site.install import write_atomic
+        from slurmfabric._common.prom import write_textfile
 
-        write_atomic(args.prom, audit.prometheus(samples, report), 0o644)
+        write_textfile(args.prom, audit.prometheus(samples, report))
     if args.json:
         print(audit.to_json(report))
     else:

@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from slurmfabric import submit
+    from slurmfabric.job import submit
 
     config = config_from_args(args)
     request = submit.build_request(
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     print(job_id, flush=True)
     if args.test_only:
         return 0
-    from slurmfabric.jobs import record_for
+    from slurmfabric.job.follow import record_for
 
     record_for(config, job_id, request.script, args.workdir)
     if not args.wait:
@@ -75,10 +75,10 @@ def _wait_resumable(job_id: str, timeout: float, config, workdir: str | None) ->
     """Wait through requeues and successors; print the output and the restart history."""
     import os
 
-    from slurmfabric import slurmcmd
-    from slurmfabric.render import checkpoint_dir
-    from slurmfabric.resume.follow import wait_run
-    from slurmfabric.resume.report import format_history, history
+    from slurmfabric.job.render import checkpoint_dir
+    from slurmfabric.restart.follow import wait_run
+    from slurmfabric.restart.report import format_history, history
+    from slurmfabric.slurm import cmd as slurmcmd
 
     base = os.path.join(workdir or os.getcwd(), config.program.workdir or "")
     directory = os.path.join(base, checkpoint_dir(config))
@@ -95,7 +95,7 @@ def _wait_resumable(job_id: str, timeout: float, config, workdir: str | None) ->
 
 def _wait_and_show(job_id: str, timeout: float) -> int:
     """Wait for the job, print its output file, and turn its state into an exit code."""
-    from slurmfabric import slurmcmd
+    from slurmfabric.slurm import cmd as slurmcmd
 
     record = slurmcmd.wait_job(job_id, timeout)
     state = record.get("JobState", "UNKNOWN")
@@ -103,7 +103,7 @@ def _wait_and_show(job_id: str, timeout: float) -> int:
     print(f"job {job_id} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
     sys.stdout.write(slurmcmd.read_output_file(out_path))
     if state != "COMPLETED":
-        from slurmfabric.jobs import Job
+        from slurmfabric.job.follow import Job
 
         print(Job(job_id).summary().text())
     return 0 if state == "COMPLETED" else 1

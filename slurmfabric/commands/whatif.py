@@ -1,5 +1,5 @@
 """``slurmfabric whatif``: the step time of a training job against the fabric, a fault's
-cost and the command that finds it. The model is slurmfabric/whatif.py."""
+cost and the command that finds it. The model is slurmfabric/whatif/model.py."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 import json
 from dataclasses import replace
 
-from slurmfabric import whatif
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
+from slurmfabric.whatif import model as whatif
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="slurmfabric whatif",
         description="Step time of a data-parallel or sharded training job on 1-N nodes over "
         "InfiniBand, RoCE or TCP, and what one halved cable, one slow GPU or GPUDirect RDMA "
-        "off costs (the constants and their sources: slurmfabric/whatif.py).")
+        "off costs (the constants and their sources: slurmfabric/whatif/model.py).")
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--params", type=number(1e6, 1e13), help="parameters, e.g. 70e9")
     size.add_argument("--model", choices=sorted(whatif.MODELS),

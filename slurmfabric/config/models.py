@@ -13,8 +13,8 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from slurmfabric.rankenv import DEFAULT_PORT_RANGE
-from slurmfabric.resume import EVENTS as RESUME_EVENTS
+from slurmfabric.rank.env import DEFAULT_PORT_RANGE
+from slurmfabric.restart import EVENTS as RESUME_EVENTS
 
 LAUNCHERS = ("torchrun", "srun", "mpirun", "srun-pmix", "nccl-tests")
 NCCL_TESTS_OPS = (
@@ -133,14 +133,14 @@ class Rendezvous(Section):
     # ephemeral range; the batch shell then checks the port (ports.py).
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE
     # The port the batch shell tries first (default: a hash of the job); it moves on to the
-    # next free one when another job on the first node holds it (slurmfabric/ports.py).
+    # next free one when another job on the first node holds it (slurmfabric/rank/ports.py).
     port: Optional[int] = None
 
     @field_validator("port_range")
     @classmethod
     def _range(cls, value: tuple[int, int]) -> tuple[int, int]:
         from slurmfabric.errors import RankEnvError
-        from slurmfabric.rankenv import parse_port_range
+        from slurmfabric.rank.env import parse_port_range
 
         try:  # the one check `slurmfabric env` applies to --port-range too
             return parse_port_range("{}-{}".format(*value))
@@ -519,7 +519,7 @@ _FREE_TEXT = {("program", "command"), ("launcher", "srun_args"), ("launcher", "m
 def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
     """Every string in the raw config checked by kind, before any other validation, so a
     NUL, an undecodable byte or a control character is named with its field."""
-    from slurmfabric.textcheck import one_line, problem
+    from slurmfabric._common.textcheck import one_line, problem
 
     out: list[str] = []
     where = ".".join(path)

@@ -30,7 +30,7 @@ _FILES: ContextVar[tuple[Path, ...]] = ContextVar("slurmfabric_config_files", de
 
 def read_toml(path: Path) -> dict[str, Any]:
     """One TOML file as a dict; a missing or malformed file is a ConfigError naming it."""
-    from slurmfabric.tomlfile import read_toml_file
+    from slurmfabric._common.tomlfile import read_toml_file
 
     return read_toml_file(path)
 

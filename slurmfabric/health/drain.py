@@ -39,9 +39,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmfabric import slurmcmd
+from slurmfabric._common import files
 from slurmfabric.errors import ConfigError, HealthError, SlurmCommandError
-from slurmfabric.health import siteconfig, state
+from slurmfabric.health import siteconfig
+from slurmfabric.slurm import cmd as slurmcmd
 
 PREFIX = "slurmfabric:"
 SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
@@ -151,14 +152,14 @@ def _state_path(state_dir: str | os.PathLike[str] | None, node: str) -> Path:
 
 
 def _remember(state_dir, node: str, reason: str, applied: bool, **extra: object) -> None:
-    state.write_json(_state_path(state_dir, node), {"node": node, "reason": reason,
+    files.write_json(_state_path(state_dir, node), {"node": node, "reason": reason,
                                                     "applied": applied, "time": time.time(),
                                                     **extra})
 
 
 def remembered(node: str, state_dir: str | os.PathLike[str] | None = None) -> dict | None:
     """What we last wanted for ``node`` (a dict with reason/applied), or None."""
-    return state.read_json(_state_path(state_dir, node))
+    return files.read_json_or_none(_state_path(state_dir, node))
 
 
 BACKENDS = siteconfig.RUNNER_CHOICES["drain_backend"]  # one list: the config checks it

@@ -21,11 +21,13 @@ import socket
 import sys
 from collections.abc import Mapping
 
+from slurmfabric._common import files
 from slurmfabric.errors import ConfigError, HealthError
-from slurmfabric.health import drain, nvlink, outputs, roce, runner, siteconfig, state
+from slurmfabric.health import drain, outputs, runner, siteconfig, state
+from slurmfabric.health.checks import nvlink, roce
+from slurmfabric.health.checks.rdma import RdmaFacts, snapshot
 from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import Context
-from slurmfabric.health.rdma import RdmaFacts, snapshot
 
 
 def node_name(env: Mapping[str, str]) -> str:
@@ -109,7 +111,7 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
                                scope_gpus=bool(cfg.runner["scope_to_job_gpus"]))
     job_path = state.job_file(cfg.state_dir, node, ctx.job_id) if ctx.job_id else None
     if hook == "epilog" and job_path is not None:
-        saved = state.read_json(job_path)
+        saved = files.read_json_or_none(job_path)
         if isinstance(saved, dict):
             ctx = Context(ctx.hook, ctx.node, ctx.job_id, ctx.job_gpus, ctx.deep,
                           saved.get("counters"), saved.get("nvlink"), saved.get("roce"))
@@ -122,7 +124,7 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
                 # The epilog's counter deltas start here, and gpu.xid attributes an Xid to
                 # the jobs whose file exists (prolog to epilog) by this start time.
                 rdma_facts = run.facts.get("rdma")
-                state.write_json(job_path, {
+                files.write_json(job_path, {
                     "job_id": ctx.job_id, "node": node, "time": run.started,
                     "counters": snapshot(rdma_facts) if isinstance(rdma_facts, RdmaFacts)
                     else None, "nvlink": nvlink.snapshot(run.facts.get("nvlink")),
@@ -138,15 +140,19 @@ def _run_hook(hook: str, cfg: siteconfig.SiteConfig, node: str,
                         exit_code = 0  # fail-open: Slurm would drain it as "Prolog error"
             else:
                 _clear_stale(cfg, node, run)
-            report = outputs.report_dict(run, outcome, exit_code)
-            outputs.write_report(cfg, report)
-            outputs.write_prometheus(cfg, run)
-            outputs.write_hook_error(cfg.runner, node, hook, 0)
+        hook_error = 0
     except HealthError as exc:  # lock timeout: loud, but only a failed check drains
-        exit_code, note = (EXIT_NODE_BAD if blocking else 0), str(exc)
-        outputs.write_hook_error(cfg.runner, node, hook, 1)
+        exit_code, note, hook_error = (EXIT_NODE_BAD if blocking else 0), str(exc), 1
     except OSError as exc:  # unwritable state dir: still decide on the checks
-        note = f"could not write state/report: {exc}"
+        note, hook_error = f"could not write state/report: {exc}", 0
+    # The report, the gauge and the textfile need no lock (unique or atomically replaced
+    # files): a hook that waited too long for the lock still leaves its report.
+    try:
+        outputs.write_report(cfg, outputs.report_dict(run, outcome, exit_code, note))
+        outputs.write_prometheus(cfg, run)
+        outputs.write_hook_error(cfg.runner, node, hook, hook_error)
+    except OSError as exc:
+        note = note or f"could not write state/report: {exc}"
     lines = outputs.log_lines(run, outcome, exit_code)
     if note:
         lines.append(f"slurmfabric health {hook} node={node}: {note}")
@@ -192,7 +198,7 @@ def burn_in(node: str, config: str | None, results: str | None = None) -> tuple[
     elif failed:
         report["reason"] = f"{failed[0].check}: {failed[0].reason or failed[0].status}"
     if results:
-        state.write_json(os.path.join(results, f"gpu-{state.safe_name(node)}.json"), report)
+        files.write_json(os.path.join(results, f"gpu-{files.safe_name(node)}.json"), report)
     return report, exit_code
 
 

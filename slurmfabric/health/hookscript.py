@@ -206,7 +206,7 @@ def install(dest: str, paths: HookPaths) -> list[str]:
     """Write slurmfabric-prolog, -epilog and -healthcheck into ``dest`` (mode 0755)."""
     from pathlib import Path
 
-    from slurmfabric.health.state import write_atomic
+    from slurmfabric._common.files import write_atomic
 
     folder = Path(dest)
     folder.mkdir(parents=True, exist_ok=True)

@@ -82,22 +82,6 @@ def worst(results: list[CheckResult]) -> str:
     return max((r.status for r in results), key=status_rank, default=OK)
 
 
-class ProbeError(Exception):
-    """A probe (nvidia-smi, a sysfs read ...) could not produce facts.
-
-    ``node_fault`` is True when the failure itself says the node is broken (nvidia-smi exit 15
-    "GPU has fallen off the bus"), so checks report ``fail`` rather than a checker ``error``.
-    """
-
-    def __init__(self, message: str, node_fault: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.node_fault = node_fault
-
-    def __str__(self) -> str:
-        return self.message
-
-
 @dataclass(frozen=True)
 class Context:
     """Where and why the checks run: the hook, the node, and the job (from Slurm's env)."""

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurmfabric.health import state
+from slurmfabric._common import files, prom
 from slurmfabric.health.model import CheckResult, status_rank
 from slurmfabric.health.siteconfig import SiteConfig
 
@@ -47,26 +47,21 @@ def write_report(cfg: SiteConfig, report: dict[str, Any]) -> Path:
     keeps the newest ``keep_reports`` files per node."""
     directory = cfg.report_dir
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(report["started"]))
-    node = state.safe_name(report["node"])
-    job = state.safe_name(report["job_id"] or "nojob")
+    node = files.safe_name(report["node"])
+    job = files.safe_name(report["job_id"] or "nojob")
     path = directory / f"{node}-{report['hook']}-{job}-{stamp}-{os.getpid()}.json"
-    state.write_json(path, report)
-    state.write_json(directory / f"last-{node}.json", report)
+    files.write_json(path, report)
+    files.write_json(directory / f"last-{node}.json", report)
     keep = int(cfg.runner.get("keep_reports") or 0)
-    if keep > 0:
-        mine = sorted(directory.glob(f"{node}-*.json"), key=lambda p: p.stat().st_mtime)
-        for old in mine[:-keep]:
+    if keep > 0:  # concurrent hooks prune too: a file gone meanwhile is simply skipped
+        mine = []
+        for candidate in directory.glob(f"{node}-*.json"):
+            with contextlib.suppress(OSError):
+                mine.append((candidate.stat().st_mtime, candidate))
+        for _mtime, old in sorted(mine)[:-keep]:
             with contextlib.suppress(OSError):
                 old.unlink()
     return path
-
-
-def prom_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def prom_labels(pairs: tuple[tuple[str, str], ...]) -> str:
-    return "{" + ",".join(f'{k}="{prom_escape(v)}"' for k, v in pairs) + "}"
 
 
 def prometheus_text(run: Any) -> str:
@@ -78,16 +73,16 @@ def prometheus_text(run: Any) -> str:
     ]
     for result in run.results:
         lines.append(f"slurmfabric_health_check_status"
-                     f"{prom_labels((('node', node), ('check', result.check)))} "
+                     f"{prom.labels(('node', node), ('check', result.check))} "
                      f"{status_rank(result.status)}")
     lines += [
         "# HELP slurmfabric_health_last_run_timestamp_seconds When the last hook ran.",
         "# TYPE slurmfabric_health_last_run_timestamp_seconds gauge",
         f"slurmfabric_health_last_run_timestamp_seconds"
-        f"{prom_labels((('node', node), ('hook', run.context.hook)))} {run.started:.3f}",
+        f"{prom.labels(('node', node), ('hook', run.context.hook))} {run.started:.3f}",
         "# HELP slurmfabric_health_run_seconds How long the checks took.",
         "# TYPE slurmfabric_health_run_seconds gauge",
-        f"slurmfabric_health_run_seconds{prom_labels((('node', node),))} {run.seconds:.4f}",
+        f"slurmfabric_health_run_seconds{prom.labels(('node', node),)} {run.seconds:.4f}",
     ]
     # The exposition format wants all samples of one metric together, after its TYPE line.
     samples: dict[str, list[str]] = {}
@@ -95,7 +90,7 @@ def prometheus_text(run: Any) -> str:
         for metric in result.metrics:
             labels = (("node", node), *metric.labels)
             samples.setdefault(metric.name, []).append(
-                f"{metric.name}{prom_labels(labels)} {float(metric.value):g}")
+                f"{metric.name}{prom.labels(*labels)} {float(metric.value):g}")
     for name, group in samples.items():
         lines.append(f"# TYPE {name} gauge")
         lines.extend(group)
@@ -107,7 +102,7 @@ def write_prometheus(cfg: SiteConfig, run: Any) -> Path | None:
     if not target:
         return None
     path = Path(target.replace("{node}", run.context.node))
-    state.write_atomic(path, prometheus_text(run))
+    prom.write_textfile(path, prometheus_text(run))
     return path
 
 
@@ -136,13 +131,13 @@ XX
         return None
     base = target.replace("{node}", node)
     path = Path((base[:-5] if base.endswith(".prom") else base) + ".hook.prom")
-    labels = prom_labels((("node", node), ("hook", hook)))
+    labels = prom.labels(("node", node), ("hook", hook))
     text = ("# HELP slurmfabric_health_hook_error 1: the last hook failed open on its own "
             "config or internal error (nothing was checked); 0: it ran.\n"
             "# TYPE slurmfabric_health_hook_error gauge\n"
             f"slurmfabric_health_hook_error{labels} {value}\n")
     try:
-        state.write_atomic(path, text)
+        prom.write_textfile(path, text)
     except OSError:
         return None
     return path

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from slurmfabric.health import clocks, dcgm, gpu, node, nvlink, rdma, roce, versions, xid
-from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, ProbeError, worst
-from slurmfabric.health.probe import run_command
+from slurmfabric._common.files import safe_name
+from slurmfabric._common.probe import ProbeError, run_command
+from slurmfabric.health.checks import clocks, dcgm, gpu, node, nvlink, rdma, roce, versions, xid
+from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, worst
 from slurmfabric.health.siteconfig import SiteConfig
-from slurmfabric.health.state import safe_name
 
 # Checks that judge events since the last run (a kernel message, a counter's growth during
 # a job, what a job left behind), not a state: passing the next time proves no repair, so a

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmfabric._common.textcheck import one_line as _one_line
+from slurmfabric._common.tomlfile import read_toml_file
 from slurmfabric.errors import ConfigError
-from slurmfabric.textcheck import one_line as _one_line
-from slurmfabric.tomlfile import read_toml_file
 
 DEFAULT_PATH = "/etc/slurmfabric/health.toml"
 CONFIG_ENV = "SLURMFABRIC_HEALTH_CONFIG"
@@ -518,7 +518,7 @@ def node_matches(node: str, expr: str) -> bool:
     """Is ``node`` in the hostlist ``expr`` (Slurm syntax)? ``*`` matches every node."""
     if expr.strip() == "*":
         return True
-    from slurmfabric.hostlist import HostlistError, expand
+    from slurmfabric.slurm.hostlist import HostlistError, expand
 
     try:
         return node in expand(expr)

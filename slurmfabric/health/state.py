@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from slurmfabric._common.files import safe_name
 from slurmfabric.errors import HealthError
 
 
@@ -44,44 +43,6 @@ def locked(state_dir: str | os.PathLike[str], timeout: float) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the flock
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write via a unique temporary file in the same directory, then rename over ``path``."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
-def write_json(path: str | os.PathLike[str], data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """The file's JSON, or None when it is missing or unreadable (never half-written)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
-def safe_name(text: str) -> str:
-    """A file-name component from environment values (node, job id): never a path.
-
-    The hooks run as root; whatever the environment says, it must not steer a write
-    outside the state directory (no ``/``, no leading ``.``).
-    """
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
-    return safe.lstrip(".") or "_"
 
 
 def job_file(state_dir: str | os.PathLike[str], node: str, job_id: str) -> Path:

@@ -6,22 +6,12 @@ collector may read it at any moment and must never see half a file.
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
+from slurmfabric._common import prom
 from slurmfabric.ibaudit.audit import SEVERITIES, Finding, Link
 
 _PREFIX = "slurmfabric_fabric"
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(**labels: str) -> str:
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return "{" + inner + "}"
 
 
 def render(
@@ -50,22 +40,22 @@ def render(
         guid, _, port = key.partition(":")
         desc, node = names.get(key, ("", ""))
         for counter, value in sorted(counters[key].items()):
-            labels = _labels(guid=guid, port=port, desc=desc, node=node, counter=counter)
+            labels = prom.labels(guid=guid, port=port, desc=desc, node=node, counter=counter)
             out.append(f"{_PREFIX}_port_counter{labels} {value}")
     family("findings", "gauge", "Number of audit findings by severity.")
     for severity in SEVERITIES:
         count = sum(1 for f in findings if f.severity == severity)
-        out.append(f"{_PREFIX}_findings{_labels(severity=severity)} {count}")
+        out.append(f"{_PREFIX}_findings{prom.labels(severity=severity)} {count}")
     family("node_problem", "gauge", "1 per node and check that has a finding.")
     for node, check in sorted({(f.node, f.check) for f in findings if f.node}):
-        out.append(f"{_PREFIX}_node_problem{_labels(node=node, check=check)} 1")
+        out.append(f"{_PREFIX}_node_problem{prom.labels(node=node, check=check)} 1")
     family("audit_timestamp_seconds", "gauge", "When the audit ran (Unix time).")
     out.append(f"{_PREFIX}_audit_timestamp_seconds {timestamp:.3f}")
     return "\n".join(out) + "\n"
 
 
 def _link_labels(link: Link) -> str:
-    return _labels(
+    return prom.labels(
         node=link.node or "",
         a=link.a.desc,
         a_port=str(link.a.port),
@@ -80,16 +70,3 @@ def _names(links: list[Link]) -> dict[str, tuple[str, str]]:
         names[link.a.key] = (link.a.desc, link.node or "")
         names[link.b.key] = (link.b.desc, link.node or "")
     return names
-
-
-def write_textfile(path: str | os.PathLike[str], text: str) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

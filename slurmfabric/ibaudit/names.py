@@ -57,7 +57,7 @@ def parse_node_map(text: str, source: str = "node map") -> dict[str, str]:
 def load_namer(map_file: str | None, pattern: str | None) -> NodeNamer:
     by_guid: dict[str, str] = {}
     if map_file:
-        from slurmfabric.inputfile import read_text
+        from slurmfabric._common.inputfile import read_text
 
         text = read_text(map_file, "node map")
         by_guid = parse_node_map(text, map_file)

@@ -2,7 +2,7 @@
 
 The tools talk MADs to the fabric and can hang on an unresponsive port or a dead SM, so
 every call runs in its own process group with a deadline and is killed as a group when the
-deadline passes (``slurmfabric._probe``, shared with the health probes). Paths and extra
+deadline passes (``slurmfabric._common.probe``, shared with the health probes). Paths and extra
 arguments are configurable because sites install the tools under /usr/sbin,
 /opt/mellanox/... or wrap them (and the simulated fabric in the tests needs
 ``LD_PRELOAD``). Parsing lives in :mod:`slurmfabric.ibaudit.parse`.
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from slurmfabric import _probe
+from slurmfabric._common import probe as _probe
 from slurmfabric.errors import TopologyError
 
 TOOLS = ("iblinkinfo", "perfquery", "ibstat")
@@ -47,7 +47,7 @@ class Tools:
             if path:
                 tools.paths[name] = path
         args = environ.get("SLURMFABRIC_IBDIAG_ARGS", "")
-        from slurmfabric.textcheck import split_args
+        from slurmfabric._common.textcheck import split_args
 
         tools.extra_args = split_args(args, "SLURMFABRIC_IBDIAG_ARGS")
         return tools

@@ -57,7 +57,7 @@ def build(sweeps: list[tuple[str, dict[Pair, float | None]]]) -> dict:
 
 
 def read(path: str) -> dict:
-    from slurmfabric.inputfile import read_json, shape_error
+    from slurmfabric._common.inputfile import read_json, shape_error
 
     data = read_json(path, "pair-sweep baseline")
     try:

@@ -168,7 +168,7 @@ def render_script(plan: SweepPlan) -> str:
     the same Jinja environment as every job script (templates/pairs.sh.j2): each value
     passes a quoting filter, and an ``--sbatch-arg`` that is not one plain option is refused
     (exit 2) like any ``#SBATCH`` value."""
-    from slurmfabric.render import environment
+    from slurmfabric.job.render import environment
 
     directives = [
         f"--job-name={plan.job_name}",
@@ -223,7 +223,7 @@ def _plan_problem(data: object) -> str | None:
     """What makes ``data`` something 'pairs submit' never writes, or None. The report builds
     file names from the node names and indexes its tables by them, so each must be a plain
     name listed once, and every pair or group must name listed nodes only."""
-    from slurmfabric.textcheck import one_line
+    from slurmfabric._common.textcheck import one_line
 
     def show(value: object) -> str:
         return one_line(repr(value), 80)
@@ -276,7 +276,7 @@ def _plan_problem(data: object) -> str | None:
 def read_plan(results: Path) -> dict:
     """The sweep's plan.json, its shape checked: a one-line UsageError naming the file and
     what is wrong, never an exception from deep inside the report."""
-    from slurmfabric.inputfile import read_json
+    from slurmfabric._common.inputfile import read_json
 
     path = results / PLAN_FILE
     if not results.is_dir():

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 
-from slurmfabric.hostlist import expand
+from slurmfabric.slurm.hostlist import expand
 
 BASE_PORT = 18515  # perftest's default port; rail i listens on BASE_PORT + i
 RAIL_MARK = "== rail "

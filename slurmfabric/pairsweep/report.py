@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from slurmfabric.nccltests import parse as parse_nccl_tests
+from slurmfabric.nccl.tests import parse as parse_nccl_tests
 from slurmfabric.pairsweep.plan import Pair, pair_base, read_plan
 
 
@@ -72,7 +72,7 @@ class Analysis:
 def _read_result(path: Path, what: str) -> str | None:
     """A step's file, or None when it never wrote one; read through inputfile (a regular
     file after links, capped: a link to /dev/zero in the results is an error naming it)."""
-    from slurmfabric.inputfile import read_result
+    from slurmfabric._common.inputfile import read_result
 
     return read_result(str(path), what)
 
@@ -134,8 +134,8 @@ PERFTEST_TOOLS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
 def _perftest_pair(res: PairResult, text: str) -> PairResult:
     """A per-rail RDMA pair: each rail's client output; the pair is as fast as its slowest
     rail (in Gb/s: perftest's unit with --report_gbits), and fails if any rail failed."""
+    from slurmfabric.pairsweep.perftest import parse as parse_perftest
     from slurmfabric.pairsweep.rdmastep import split_rails
-    from slurmfabric.perftest import parse as parse_perftest
 
     problems = []
     for rail, output in split_rails(text).items():
@@ -483,7 +483,7 @@ def gpu_stage(results: Path, plan: dict) -> dict[str, str | None]:
         return {}
     import json
 
-    from slurmfabric.health.state import safe_name
+    from slurmfabric._common.files import safe_name
 
     verdicts: dict[str, str | None] = {}
     for node in plan["nodes"]:

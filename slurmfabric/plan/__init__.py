@@ -8,7 +8,7 @@ every rank.
 
 from __future__ import annotations
 
-from slurmfabric._record import Record
+from slurmfabric._common.record import Record
 from slurmfabric.plan import contract
 from slurmfabric.plan.placement import RankBinding, place_ranks
 from slurmfabric.plan.rails import RailChoice, choose_rails, gid_index

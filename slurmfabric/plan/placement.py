@@ -10,8 +10,8 @@ with a warning.
 
 from __future__ import annotations
 
-from slurmfabric._record import Record
-from slurmfabric._sysfs import format_cpulist
+from slurmfabric._common.record import Record
+from slurmfabric._common.sysfs import format_cpulist
 from slurmfabric.topology.model import Gpu, RdmaPort, Topology, distance_rank
 
 

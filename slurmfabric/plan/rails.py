@@ -10,8 +10,8 @@ rail position (up, down or slow) in ``slots``: what the health port checks judge
 
 from __future__ import annotations
 
-from slurmfabric._record import Record
-from slurmfabric._sysfs import format_cpulist
+from slurmfabric._common.record import Record
+from slurmfabric._common.sysfs import format_cpulist
 from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort, Topology, distance_rank
 
 TYPE_CHECKING = False  # no typing at run time

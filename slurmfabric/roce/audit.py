@@ -58,7 +58,7 @@ class Report:
 
 
 def _read(path: Path) -> Sample:
-    from slurmfabric.inputfile import read_json, shape_error
+    from slurmfabric._common.inputfile import read_json, shape_error
 
     data = read_json(str(path), "RoCE facts")
     try:
@@ -155,26 +155,26 @@ def analyze(samples: dict[str, list[Sample]],
 def prometheus(samples: dict[str, list[Sample]], report: Report) -> str:
     """Textfile-collector format (node_exporter): the last sample's counters per node and
     port, each port's loss and pause growth per second, and settings findings per node."""
-    from slurmfabric.health.outputs import prom_labels
+    from slurmfabric._common.prom import labels as prom_labels
 
     lines = ["# HELP slurmfabric_roce_counter RoCE port counter (ethtool -S, hw_counters)",
              "# TYPE slurmfabric_roce_counter counter"]
     for node, node_samples in sorted(samples.items()):
         for port in node_samples[-1].ports:
             for counter, value in sorted(port.counters.items()):
-                labels = prom_labels((("node", node), ("port", port.name),
-                                      ("counter", counter)))
+                labels = prom_labels(("node", node), ("port", port.name),
+                                      ("counter", counter))
                 lines.append(f"slurmfabric_roce_counter{labels} {value}")
     lines += ["# HELP slurmfabric_roce_loss_per_second growth of loss counters",
               "# TYPE slurmfabric_roce_loss_per_second gauge"]
     for g in report.growth:
-        labels = prom_labels((("node", g.node), ("port", g.port)))
+        labels = prom_labels(("node", g.node), ("port", g.port))
         lines.append(f"slurmfabric_roce_loss_per_second{labels} {g.loss_per_s:.6g}")
     lines += ["# HELP slurmfabric_roce_setting_findings settings differing from the majority "
               "or the profile", "# TYPE slurmfabric_roce_setting_findings gauge"]
     counts = {f.node: len(f.problems) for f in report.findings}
     for node in report.nodes:
-        lines.append(f"slurmfabric_roce_setting_findings{prom_labels((('node', node),))} "
+        lines.append(f"slurmfabric_roce_setting_findings{prom_labels(('node', node),)} "
                      f"{counts.get(node, 0)}")
     return "\n".join(lines) + "\n"
 

@@ -120,7 +120,7 @@ class Tools:
 
 
 def _read(root: str, path: str) -> str | None:
-    from slurmfabric._sysfs import open_nonblocking  # a FIFO under --root must not block
+    from slurmfabric._common.sysfs import open_nonblocking  # a FIFO under --root must not block
 
     try:
         with open(os.path.join(root, path.lstrip("/")), errors="replace",
@@ -141,8 +141,7 @@ def _run(tool: str | None, args: list[str], tools: Tools, what: str,
         return None
     if not os.path.exists(tool):
         return None  # not installed: the caller says what that leaves unseen
-    from slurmfabric.health.model import ProbeError
-    from slurmfabric.health.probe import run_command
+    from slurmfabric._common.probe import ProbeError, run_command
 
     try:
         out = run_command([tool, *args], tools.timeout)
@@ -165,7 +164,7 @@ def _per_prio(root: str, base: str) -> tuple[bool, ...] | None:
 
 def roce_ports(root: str = "/") -> list[tuple[str, int, str | None]]:
     """(device, port, netdev) of every Ethernet-link-layer RDMA port, in discovery order."""
-    from slurmfabric._sysfs import Root
+    from slurmfabric._common.sysfs import Root
     from slurmfabric.topology._io import Reader
     from slurmfabric.topology.rdma import discover_rdma
 

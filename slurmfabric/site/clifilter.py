@@ -52,7 +52,7 @@ class Policy:
 
 
 def load(path: str) -> Policy:
-    from slurmfabric.tomlfile import read_toml_file
+    from slurmfabric._common.tomlfile import read_toml_file
 
     data = read_toml_file(path, hint="see the README, 'Site-wide: TaskProlog and cli_filter'")
     table = data.get("cli_filter")

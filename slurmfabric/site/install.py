@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmfabric._common.files import write_atomic
 from slurmfabric.errors import UsageError
 
 TASKPROLOG = "slurmfabric-taskprolog"
@@ -20,20 +21,6 @@ class Installed:
     conf_lines: list[str] = field(default_factory=list)
 
 
-def write_atomic(path: str | os.PathLike[str], text: str, mode: int) -> None:
-    """Write beside the target and rename: a reader (slurmstepd, sbatch) never sees half a
-    file, and a failure leaves the old one in place."""
-    target = Path(path)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        temp.write_text(text)
-        temp.chmod(mode)
-        os.replace(temp, target)
-    finally:
-        if temp.exists():
-            temp.unlink()
-
-
 def template() -> str:
     here = Path(__file__).resolve()
     for candidate in (here.parents[2] / "taskprolog" / TASKPROLOG,  # source checkout
@@ -45,7 +32,7 @@ def template() -> str:
 
 def taskprolog_script(python: str, sysfs_root: str | None = None,
                       fabric_type: str | None = None) -> str:
-    from slurmfabric.textcheck import shell_word
+    from slurmfabric._common.textcheck import shell_word
 
     if not os.path.isabs(python):
         raise UsageError(f"--python {python!r} must be an absolute path",

@@ -114,18 +114,14 @@ def _store(path: str | None, data: object) -> None:
     """Atomically (write, rename): concurrent first tasks never read half a file."""
     import marshal
 
+    from slurmfabric._common.files import write_atomic
+
     if not path:
         return
-    temp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(temp, "wb") as handle:
-            handle.write(marshal.dumps(data))
-        os.replace(temp, path)
-    except (OSError, ValueError):
-        import contextlib
-
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        write_atomic(path, marshal.dumps(data))
+    except (OSError, ValueError):  # a cache that cannot be written is simply not kept
+        return
 
 
 def topology(root: str | None, environ: dict[str, str]) -> object:
@@ -181,7 +177,7 @@ def _plan_data(plan: object) -> dict:
 def plan_source(root: str | None):
     """taskenv.build's plan step with a cache: the plan is a function of the node's
     topology and of these inputs, so tasks of one step (same inputs) compute it once."""
-    from slurmfabric import taskenv
+    from slurmfabric.rank import task as taskenv
 
     def source(rank_env, opts, env):
         if not opts.get("plan", True) or rank_env.scope == "job":
@@ -215,7 +211,7 @@ def exports(environ: dict[str, str], root_pattern: str | None = None,
     """The ``export`` lines for the task ``environ`` describes (empty when opted out)."""
     if opted_out(environ):
         return []
-    from slurmfabric import taskenv
+    from slurmfabric.rank import task as taskenv
 
     env = dict(environ)
     root = sysfs_root(root_pattern, env)
@@ -238,7 +234,7 @@ def exports(environ: dict[str, str], root_pattern: str | None = None,
 
 def _ours(environ: dict[str, str]) -> set[str]:
     """Names whose current value slurmfabric set (the marker of rankenv.with_user_values)."""
-    from slurmfabric import rankenv
+    from slurmfabric.rank import env as rankenv
 
     marked = rankenv._marker(environ)
     return {k for k, v in marked.items() if environ.get(k) == v}
@@ -250,7 +246,7 @@ def main(environ: dict[str, str], root_pattern: str | None, fabric_type: str | N
     try:
         text = "".join(line + "\n" for line in exports(environ, root_pattern, fabric_type, plan))
     except Exception as error:  # noqa: BLE001 - a TaskProlog must never fail the task
-        from slurmfabric.textcheck import one_line
+        from slurmfabric._common.textcheck import one_line
 
         print(f"slurmfabric taskprolog: no variables set: {one_line(str(error), 300)}",
               file=sys.stderr)

@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-from slurmfabric import slurmcmd
 from slurmfabric.errors import SlurmfabricError
+from slurmfabric.slurm import cmd as slurmcmd
 from slurmfabric.testbed.config import (
     DB_NAME,
     DB_PASSWORD,

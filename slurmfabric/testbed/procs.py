@@ -37,7 +37,7 @@ def resolves(name: str) -> bool:
 
 def pid_runs(pid: int, program: str) -> bool:
     """True if ``pid`` is alive and runs ``program`` (guards against recycled PIDs)."""
-    from slurmfabric._probe import process_state
+    from slurmfabric._common.probe import process_state
 
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -64,7 +64,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 def slurmd_version() -> tuple[int, int, int]:
     """The installed daemons' version; ``slurmd -V`` needs no slurm.conf, unlike clients."""
-    from slurmfabric.slurmcmd import parse_version
+    from slurmfabric.slurm.cmd import parse_version
 
     try:
         proc = subprocess.run([which("slurmd") or "slurmd", "-V"], capture_output=True,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from slurmfabric import _sysfs
-from slurmfabric._record import replace
+from slurmfabric._common import sysfs as _sysfs
+from slurmfabric._common.record import replace
 from slurmfabric.topology._io import Reader, as_root
 from slurmfabric.topology.model import (
     DISTANCES,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from slurmfabric import _sysfs
+from slurmfabric._common import sysfs as _sysfs
 
 _CHUNK = 1 << 16
 _MAX_BYTES = 4 << 20  # sysfs attributes are a page; /proc/net/* tables a few hundred KB

@@ -3,12 +3,12 @@
 Everything here is plain data (tuples, str, int, float) so a Topology can be compared,
 serialised to JSON (``snapshot.py``) and rebuilt on a login node without the hardware.
 The classes are ``Record``s, not dataclasses: this module is imported on every rank of a
-GPU job, and ``dataclasses`` alone costs about 8 ms there (see ``slurmfabric._record``).
+GPU job, and ``dataclasses`` alone costs about 8 ms there (see ``slurmfabric._common.record``).
 """
 
 from __future__ import annotations
 
-from slurmfabric._record import Record
+from slurmfabric._common.record import Record
 
 TYPE_CHECKING = False  # no typing at run time
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from slurmfabric import _sysfs
+from slurmfabric._common import sysfs as _sysfs
 from slurmfabric.topology._io import Reader
 from slurmfabric.topology.model import GdrSupport, NumaNode
 

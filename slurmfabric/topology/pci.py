@@ -13,7 +13,7 @@ real path, never at a path rebuilt from the chain.
 
 from __future__ import annotations
 
-from slurmfabric import _sysfs
+from slurmfabric._common import sysfs as _sysfs
 from slurmfabric.topology._io import Reader
 from slurmfabric.topology.model import PciDevice
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from slurmfabric._record import as_plain, replace
+from slurmfabric._common.record import as_plain, replace
 from slurmfabric.errors import TopologyError
 from slurmfabric.topology._io import Reader, as_root
 from slurmfabric.topology.model import (
@@ -184,8 +184,8 @@ def _extract(raw: bytes, path: object, dest: str) -> None:
     import tarfile
     import zlib
 
+    from slurmfabric._common.textcheck import one_line
     from slurmfabric.errors import UsageError
-    from slurmfabric.textcheck import one_line
 
     what = f"topology snapshot {path}"
     hint = "create it with 'slurmfabric topo snapshot -o FILE'"
@@ -224,7 +224,7 @@ def load(path: str | os.PathLike[str]) -> Topology:
     import tempfile
     from pathlib import Path
 
-    from slurmfabric.inputfile import read_bytes, shape_error
+    from slurmfabric._common.inputfile import read_bytes, shape_error
 
     path = Path(path)
     if not path.exists():

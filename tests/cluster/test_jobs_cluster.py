@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from testbed_cluster import Cluster
 
-from slurmfabric.hostlist import expand
+from slurmfabric.slurm.hostlist import expand
 
 pytestmark = pytest.mark.cluster
 

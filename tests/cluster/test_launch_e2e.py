@@ -26,7 +26,7 @@ import nodes
 import pytest
 from testbed_cluster import Cluster
 
-from slurmfabric._sysfs import parse_cpulist
+from slurmfabric._common.sysfs import parse_cpulist
 
 HERE = Path(__file__).resolve().parents[1]
 

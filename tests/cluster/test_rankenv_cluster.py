@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from testbed_cluster import Cluster
 
-from slurmfabric import hostlist
+from slurmfabric.slurm import hostlist
 
 pytestmark = pytest.mark.cluster
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from testbed_cluster import Cluster
 
-from slurmfabric.resume import events
-from slurmfabric.resume.report import history
+from slurmfabric.restart import events
+from slurmfabric.restart.report import history
 
 pytestmark = pytest.mark.cluster
 
@@ -113,7 +113,7 @@ def test_time_limit_requeues_resume_and_the_cap_stops(cluster: Cluster, workdir:
                      "launcher.resume.max_restarts=6", f"program.env.TRAIN_STEPS={steps}",
                      'launcher.resume.events=["timeout"]', name="timeout")
     cap_id, through_id = job_id(capped), job_id(through)
-    from slurmfabric.resume.follow import wait_run
+    from slurmfabric.restart.follow import wait_run
 
     _, cap_record = wait_run(cap_id, str(workdir / "checkpoints/capped"), WAIT,
                              env=cluster.env)
@@ -142,7 +142,7 @@ def test_preempted_job_is_requeued_and_resumes(cluster: Cluster, workdir: Path) 
                           "-N", str(len(cluster.nodes)), "--exclusive", "-o", "/dev/null",
                           "--wrap", "sleep 5"])
     assert urgent.stdout.strip().isdigit()
-    from slurmfabric.resume.follow import wait_run
+    from slurmfabric.restart.follow import wait_run
 
     _, record = wait_run(jid, str(workdir / "checkpoints/preempt"), WAIT, env=cluster.env)
     output = (workdir / f"preempt-{jid}.out").read_text()
@@ -160,13 +160,13 @@ def test_node_failure_requeues_without_the_dead_node(cluster: Cluster, workdir: 
     directory = workdir / "checkpoints/nodefail"
     wait_progress(directory, 100)
     start = next(e for e in events.read(str(directory)) if e["event"] == "start")
-    from slurmfabric.hostlist import expand
+    from slurmfabric.slurm.hostlist import expand
 
     first, victim = expand(start["nodes"])  # the batch shell runs on the first node
     killed = cluster.crash_node(victim)
     try:
         assert len(killed) >= 2  # slurmd and at least the step's slurmstepd
-        from slurmfabric.resume.follow import wait_run
+        from slurmfabric.restart.follow import wait_run
 
         _, record = wait_run(jid, str(directory), WAIT, env=cluster.env)
         output = (workdir / f"nodefail-{jid}.out").read_text()

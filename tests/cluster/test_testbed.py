@@ -71,7 +71,7 @@ def test_separate_testbed_up_and_down_leaves_no_daemon(cluster: Cluster):
     try:
         assert elapsed < 60
         env = tb.env()
-        from slurmfabric import slurmcmd
+        from slurmfabric.slurm import cmd as slurmcmd
 
         out = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env)
         # one line per node and partition (debug, debug-urgent): the same state in each

@@ -33,7 +33,7 @@ import pytest
 
 from slurmfabric.config import load_config
 from slurmfabric.errors import ConfigError
-from slurmfabric.render import comment, render_sbatch, sbatch_options
+from slurmfabric.job.render import comment, render_sbatch, sbatch_options
 
 pytestmark = pytest.mark.hostile
 

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric import nccllog as nccl_log
-from slurmfabric import nccltests as nccl_tests
-from slurmfabric import perftest
+from slurmfabric._common.probe import ProbeError
 from slurmfabric.errors import SlurmfabricError
-from slurmfabric.health import dcgm, nvlink, xid
-from slurmfabric.health.model import Context, ProbeError
+from slurmfabric.health.checks import dcgm, nvlink, xid
+from slurmfabric.health.model import Context
 from slurmfabric.ibaudit import parse as ib_parse
+from slurmfabric.nccl import log as nccl_log
+from slurmfabric.nccl import tests as nccl_tests
+from slurmfabric.pairsweep import perftest
 from slurmfabric.roce import parse as roce_parse
 
 pytestmark = pytest.mark.hostile
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.hostile
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WORDS = ["9" * 5000, "²", "٣", "x", "-1", "nan", "inf", "1e999", "0x", "", "[", "'", '"', ":",
          "\x00", "\u202e"]
-LONG = 65_000  # under the 64 KiB line cap of slurmfabric.inputfile.iter_log_lines
+LONG = 65_000  # under the 64 KiB line cap of slurmfabric._common.inputfile.iter_log_lines
 PIECES = ["x", "9", " ", "\t", ":", "[0]", "[0] ", "a:1:", "h:1:2 ", " via ", ";", "0x1", "'",
           "(", ")", "Gbps", ".", "NCCL INFO ", "# ", "=", '"', "[", "]", "CA: ", "X", "==(",
           ")==>", "#", "/", " -> 2", "<stdout>:", "[1,0]<stdout>:", "0000:01:00.0", "NVRM: "]

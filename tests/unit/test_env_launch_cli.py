@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from slurmfabric.taskenv import quote
+from slurmfabric.rank.task import quote
 
 BATCH = {
     "SLURM_JOB_ID": "77",
@@ -197,7 +197,7 @@ def test_launch_refuses_a_fabric_type_the_node_cannot_honour(tmp_path):
 def test_a_cpu_node_never_imports_the_plan(tmp_path):
     """No GPU and no RDMA device (this machine): env/launch skip discovery entirely, for
     auto and tcp alike; ib on such a node is an error, not a silent TCP job."""
-    from slurmfabric.taskenv import _has_accelerators
+    from slurmfabric.rank.task import _has_accelerators
 
     assert not _has_accelerators(), "this test needs a machine without GPUs and RDMA devices"
     step = {k: v for k, v in STEP.items() if k != "SLURMFABRIC_NO_PLAN"}

@@ -69,7 +69,7 @@ def test_undecodable_bytes_go_out_as_the_same_bytes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["a\nb", "x`id`", 'q"$HOME'])
 def test_dotenv_escapes_what_a_shell_would_run(value: str) -> None:
-    from slurmfabric.taskenv import render
+    from slurmfabric.rank.task import render
 
     text = render({"A": value}, {}, "dotenv", None)
     assert "\n" not in text.rstrip("\n") and "`id`" not in text.replace("\\`", "")

@@ -13,7 +13,8 @@ import pytest
 from fakesysfs import Gpu, Net, Node, Port, Rdma, v4gid, v6gid
 from helpers import h100_tree, hgx_node, write_config
 
-from slurmfabric.health import hooks, rdma, runner
+from slurmfabric.health import hooks, runner
+from slurmfabric.health.checks import rdma
 from slurmfabric.health.outputs import prometheus_text
 from slurmfabric.plan import make_plan
 from slurmfabric.topology import discover
@@ -289,7 +290,7 @@ def vlan_node() -> Node:
 
 
 def test_proc_net_vlan_config_lines_that_are_not_vlans_are_skipped(tmp_path: Path) -> None:
-    from slurmfabric._sysfs import Root
+    from slurmfabric._common.sysfs import Root
     from slurmfabric.topology._io import Reader
     from slurmfabric.topology.net import read_vlans
 

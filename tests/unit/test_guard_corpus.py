@@ -24,10 +24,10 @@ import pytest
 from slurmfabric.commands import nccl_log as nccl_log_cmd
 from slurmfabric.commands import nccl_tests as nccl_tests_cmd
 from slurmfabric.errors import UsageError
-from slurmfabric.health import xid
+from slurmfabric.health.checks import xid
 from slurmfabric.health.model import FAIL
-from slurmfabric.nccllog import parse_log
-from slurmfabric.nccltests import judge, parse
+from slurmfabric.nccl.log import parse_log
+from slurmfabric.nccl.tests import judge, parse
 from slurmfabric.pairsweep.report import analyze
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"

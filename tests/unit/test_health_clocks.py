@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from helpers import NVSMI
 
-from slurmfabric.health import clocks, gpu, outputs, runner
-from slurmfabric.health.model import FAIL, OK, Context, ProbeError
+from slurmfabric._common.probe import ProbeError
+from slurmfabric.health import outputs, runner
+from slurmfabric.health.checks import clocks, gpu
+from slurmfabric.health.model import FAIL, OK, Context
 from slurmfabric.health.siteconfig import NODE_DEFAULTS, resolve
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "gpu"

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from helpers import fake_slurm, hgx_node, write_config
 
+from slurmfabric._common.probe import ProbeError
 from slurmfabric.errors import ConfigError
-from slurmfabric.health import dcgm, siteconfig
+from slurmfabric.health import siteconfig
+from slurmfabric.health.checks import dcgm
 from slurmfabric.health.hookscript import EXIT_NODE_BAD
-from slurmfabric.health.model import FAIL, OK, WARN, Context, ProbeError
+from slurmfabric.health.model import FAIL, OK, WARN, Context
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "dcgm"
 

@@ -127,12 +127,13 @@ def test_reason_is_one_bounded_line() -> None:
 
 
 def test_state_file_names_cannot_escape_the_state_dir(tmp_path):
+    from slurmfabric._common import files
     from slurmfabric.health import state
 
     path = state.job_file(tmp_path, "../../etc", "1/../../passwd")
     assert path.parent == tmp_path / "jobs"
     assert "/" not in path.name and not path.name.startswith(".")
-    assert state.safe_name("..") == "_"
+    assert files.safe_name("..") == "_"
 
 
 # --- pyslurm backend, against a fake module with pyslurm 25.11's documented shapes ----------

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import NVML_FAKE, nvsmi
 
-from slurmfabric.health import gpu
-from slurmfabric.health.model import FAIL, OK, WARN, Context, ProbeError
+from slurmfabric._common.probe import ProbeError
+from slurmfabric.health.checks import gpu
+from slurmfabric.health.model import FAIL, OK, WARN, Context
 from slurmfabric.health.siteconfig import NODE_DEFAULTS
 
 EXPECT = {**NODE_DEFAULTS, "gpus": 8, "gpu_source": "nvidia-smi"}

@@ -23,10 +23,10 @@ from helpers import (
     write_config,
 )
 
-from slurmfabric.health import node as node_checks
+from slurmfabric._common.probe import ProbeError
 from slurmfabric.health import runner
+from slurmfabric.health.checks import node as node_checks
 from slurmfabric.health.hookscript import EXIT_NODE_BAD
-from slurmfabric.health.model import ProbeError
 
 NODE = "gpu007"
 
@@ -244,7 +244,7 @@ def test_leftover_job_processes_are_found() -> None:
 def test_the_hooks_own_tree_is_never_a_leftover(monkeypatch) -> None:
     """The epilog's own probes inherit SLURM_JOB_ID (and no SLURM_SCRIPT_CONTEXT when run by
     hand): a child, a grandchild, or a probe orphaned by its deadline kill is ours."""
-    from slurmfabric import _probe
+    from slurmfabric._common import probe as _probe
 
     monkeypatch.setenv("SLURM_JOB_ID", "987656")
     child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])  # child and grandchild

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import fake_slurm, hgx_node, hgx_root, nvlink_scenario, slurm_nodes, write_config
 
-from slurmfabric.health import nvlink, xid
+from slurmfabric.health.checks import nvlink, xid
 from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import FAIL, OK, WARN, Context
 

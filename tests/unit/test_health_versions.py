@@ -16,7 +16,8 @@ import pytest
 from helpers import NVSMI, fake_slurm, h100_tree, hgx_node, slurm_nodes, write_config
 
 from slurmfabric.errors import ConfigError
-from slurmfabric.health import runner, versions
+from slurmfabric.health import runner
+from slurmfabric.health.checks import versions
 from slurmfabric.health.hookscript import EXIT_NODE_BAD
 from slurmfabric.health.model import FAIL, OK, WARN, Context
 from slurmfabric.health.siteconfig import NODE_DEFAULTS, resolve

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from helpers import fake_slurm, hgx_node, scontrol_calls, slurm_nodes, write_config
 
-from slurmfabric.health import xid
+from slurmfabric._common.probe import ProbeError
+from slurmfabric.health.checks import xid
 from slurmfabric.health.hookscript import EXIT_NODE_BAD
-from slurmfabric.health.model import FAIL, OK, WARN, ProbeError
+from slurmfabric.health.model import FAIL, OK, WARN
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "xid"
 LINES = (FIX / "kmsg_lines.txt").read_text().splitlines()

@@ -1,11 +1,11 @@
-"""Pure unit tests of slurmfabric.hostlist: vectors observed with scontrol, errors, counts."""
+"""Pure unit tests of slurmfabric.slurm.hostlist: vectors observed with scontrol, errors, counts."""
 
 from __future__ import annotations
 
 import pytest
 
-from slurmfabric import hostlist
 from slurmfabric.errors import UsageError
+from slurmfabric.slurm import hostlist
 
 VECTORS = {  # observed with scontrol show hostnames, Slurm 22.05 (test_hostlist_scontrol.py)
     "n[9-11]": ["n9", "n10", "n11"],

@@ -1,4 +1,4 @@
-"""Differential tests: slurmfabric.hostlist against the installed ``scontrol``.
+"""Differential tests: slurmfabric.slurm.hostlist against the installed ``scontrol``.
 
 ``scontrol show hostnames`` / ``show hostlist`` need a slurm.conf to start but no daemon,
 so a throwaway one is written to a temporary directory. Expressions are batched (dozens
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from slurmfabric import hostlist
+from slurmfabric.slurm import hostlist
 
 SCONTROL = shutil.which("scontrol")
 pytestmark = pytest.mark.skipif(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmfabric._common import prom
 from slurmfabric.commands import ib as cmd
 from slurmfabric.errors import UsageError
 from slurmfabric.ibaudit import audit as fa
@@ -124,7 +125,7 @@ def test_metrics_render_is_valid_exposition(tmp_path: Path) -> None:
     for line in text.splitlines():
         assert line.startswith("#") or line.split()[-1].replace(".", "").isdigit()
     target = tmp_path / "fabric.prom"
-    metrics.write_textfile(target, text)
+    prom.write_textfile(target, text)
     assert target.read_text() == text and list(tmp_path.iterdir()) == [target]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurmfabric.errors import SlurmCommandError, UsageError
-from slurmfabric.jobs import Job, Record, load_records, parse_job_id, save_record, summarize
+from slurmfabric.job.follow import Job, Record, load_records, parse_job_id, save_record, summarize
 
 # From a 2-node srun job on the testbed where task 3 exited 7 and srun killed the rest.
 RANK_EXIT = """\

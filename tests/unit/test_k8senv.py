@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurmfabric.errors import RankEnvError
-from slurmfabric.rankenv import resolve
+from slurmfabric.rank.env import resolve
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "HOSTNAME": "pod-0", "PATH": "/usr/bin:/bin"}
@@ -118,7 +118,7 @@ def test_the_pod_uses_only_the_rdma_devices_it_was_given(tmp_path) -> None:
     import fakesysfs
     import nodes
 
-    from slurmfabric import taskenv
+    from slurmfabric.rank import task as taskenv
 
     root = fakesysfs.build(nodes.testbed_node(sorted(__import__("os").sched_getaffinity(0)),
                                               "InfiniBand"), tmp_path / "pod")
@@ -135,7 +135,7 @@ def test_the_pod_uses_only_the_rdma_devices_it_was_given(tmp_path) -> None:
 def test_a_container_without_ipc_lock_is_told_what_to_add() -> None:
     """CapEff of Docker's default capability set (docs.docker.com, "Runtime privilege and
     Linux capabilities": CHOWN ... AUDIT_WRITE, no IPC_LOCK) and a 64 KiB memlock limit."""
-    from slurmfabric.k8senv import locked_memory_problem
+    from slurmfabric.rank.k8s import locked_memory_problem
 
     docker = "Name:\tpython\nCapEff:\t00000000a80425fb\n"
     problem = locked_memory_problem(docker, 65536)

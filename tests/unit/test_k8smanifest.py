@@ -20,8 +20,8 @@ import jsonschema
 import pytest
 import yaml
 
-from slurmfabric import k8smanifest
 from slurmfabric.config import load_config
+from slurmfabric.job import k8s as k8smanifest
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "tests" / "fixtures" / "k8s" / "crds"

@@ -42,7 +42,7 @@ GRAPH = {name: _imports(path, name) for name, path in MODULES.items()}
 
 def test_the_graph_is_read() -> None:
     # A wrong reader would find nothing and pass every check below.
-    assert "slurmfabric.taskenv" in GRAPH["slurmfabric.commands.launch"]
+    assert "slurmfabric.rank.task" in GRAPH["slurmfabric.commands.launch"]
     assert "slurmfabric.plan.placement" in GRAPH["slurmfabric.plan"]
 
 
@@ -72,3 +72,24 @@ def test_no_import_circle() -> None:
         if name not in state:
             visit(name, [name])
     assert circles == []
+
+
+def test_the_top_level_holds_only_the_dispatcher_errors_and_the_api() -> None:
+    """Each concern lives in a package named for it (job, rank, slurm, health ...); a loose
+    module at the top is a hallway nobody can find by name."""
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__", "__main__", "cli", "errors"]
+
+
+def test_every_stable_api_name_resolves() -> None:
+    """The names ``slurmfabric.X`` that the README and user code use stay valid when files
+    move: each one imports and is what its target module holds."""
+    import importlib
+
+    import slurmfabric
+
+    for name, target in slurmfabric._LAZY.items():
+        module, attr = target.split(":")
+        assert getattr(slurmfabric, name) is getattr(importlib.import_module(module), attr)
+    assert {"render_sbatch", "load_config", "sbatch", "make_plan", "task_env",
+            "Checkpoints"} <= set(slurmfabric.__all__)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from slurmfabric.commands import nccl_log as cmd
-from slurmfabric.nccllog import classify_warning, parse_log
+from slurmfabric.nccl.log import classify_warning, parse_log
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric.nccllog import parse_log
+from slurmfabric.nccl.log import parse_log
 
 VERSIONS = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "versions"
 

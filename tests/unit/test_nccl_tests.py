@@ -8,7 +8,7 @@ import nodes
 import pytest
 
 from slurmfabric.commands import nccl_tests as cmd
-from slurmfabric.nccltests import (
+from slurmfabric.nccl.tests import (
     discover_rates,
     expected_busbw,
     judge,
@@ -171,7 +171,7 @@ def test_discover_on_a_roce_node_expects_roce_rates(tmp_path, capsys):
     (tests/roce_nodes.py) carry 2 x 24 GB/s x the RoCE factor."""
     import roce_nodes
 
-    from slurmfabric import whatif
+    from slurmfabric.whatif import model as whatif
 
     root = roce_nodes.build(tmp_path / "roce")
     code = cmd.main(["parse", str(FIX / "nccl-tests-allreduce-2node-h100.txt"), "--discover",

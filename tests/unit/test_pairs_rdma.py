@@ -15,9 +15,9 @@ import pytest
 
 from slurmfabric.commands import pairs as cmd
 from slurmfabric.errors import UsageError
+from slurmfabric.pairsweep.perftest import parse
 from slurmfabric.pairsweep.plan import SweepPlan, pair_base, round_robin, write_plan
 from slurmfabric.pairsweep.rdmastep import split_rails
-from slurmfabric.perftest import parse
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "perftest"
 

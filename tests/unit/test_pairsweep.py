@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from slurmfabric.commands import pairs as cmd
 from slurmfabric.errors import UsageError
-from slurmfabric.nccltests import parse
+from slurmfabric.nccl.tests import parse
 from slurmfabric.pairsweep.heatmap import render_svg
 from slurmfabric.pairsweep.plan import (
     SweepPlan,
@@ -181,7 +181,7 @@ def test_submit_dry_run_prints_script_and_submit_uses_slurmcmd(tmp_path, capsys,
     out = capsys.readouterr().out
     assert "sbatch --parsable" in out and "all_reduce_perf -b 1G -e 8G" in out
     assert not res.exists()
-    from slurmfabric import slurmcmd
+    from slurmfabric.slurm import cmd as slurmcmd
     sb = mocker.patch.object(slurmcmd, "sbatch", return_value=slurmcmd.JobId("42"))
     assert cmd.main(["submit", "--nodes", "sfn[1-3]", "--results", str(res)]) == 0
     assert "submitted job 42" in capsys.readouterr().out

@@ -23,7 +23,7 @@ def topos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Topology]:
 
 
 def _bind(plan) -> list[tuple[object, ...]]:
-    from slurmfabric._sysfs import format_cpulist
+    from slurmfabric._common.sysfs import format_cpulist
 
     return [
         (
@@ -301,8 +301,8 @@ def test_helpers() -> None:
 def test_apply_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from slurmfabric import binding
     from slurmfabric.plan import RankBinding
+    from slurmfabric.rank import binding
 
     calls: list[object] = []
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: calls.append((pid, set(cpus))))
@@ -327,7 +327,7 @@ def test_apply_binding(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_set_preferred_node_reports_instead_of_raising() -> None:
-    from slurmfabric.binding import set_preferred_node
+    from slurmfabric.rank.binding import set_preferred_node
 
     assert set_preferred_node(4095) is not None  # no such node: an error text, no exception
 

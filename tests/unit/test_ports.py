@@ -1,4 +1,4 @@
-"""slurmfabric/ports.py: the batch shell's MASTER_PORT is one no other live job holds."""
+"""slurmfabric/rank/ports.py: the batch shell's MASTER_PORT is one no other live job holds."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric import ports
 from slurmfabric.errors import RankEnvError
-from slurmfabric.rankenv import port_is_free
+from slurmfabric.rank import ports
+from slurmfabric.rank.env import port_is_free
 
 RANGE = (23400, 23409)
 

@@ -1,4 +1,4 @@
-"""slurmfabric._probe: one command, its own process group, a deadline, a group kill."""
+"""slurmfabric._common.probe: one command, its own process group, a deadline, a group kill."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from slurmfabric import _probe
+from slurmfabric._common import probe as _probe
 
 
 def test_returns_output_code_and_time():

@@ -1,11 +1,11 @@
-"""slurmfabric.rankenv: a pure function of an environment mapping (no Slurm needed)."""
+"""slurmfabric.rank.env: a pure function of an environment mapping (no Slurm needed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from slurmfabric import rankenv
 from slurmfabric.errors import RankEnvError
+from slurmfabric.rank import env as rankenv
 
 JOB = {  # the batch shell of a 2-node job (sbatch OUTPUT ENVIRONMENT VARIABLES)
     "SLURM_JOB_ID": "1234",

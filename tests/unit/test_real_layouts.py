@@ -9,7 +9,7 @@ import fakesysfs
 import pytest
 import real_nodes
 
-from slurmfabric._sysfs import format_cpulist
+from slurmfabric._common.sysfs import format_cpulist
 from slurmfabric.plan import make_plan, visible_gpus_from_env
 from slurmfabric.topology import discover, nccl_topo
 

@@ -1,10 +1,10 @@
-"""slurmfabric._record: the dataclass stand-in of the per-rank path."""
+"""slurmfabric._common.record: the dataclass stand-in of the per-rank path."""
 
 from __future__ import annotations
 
 import pytest
 
-from slurmfabric._record import Record, as_plain, replace
+from slurmfabric._common.record import Record, as_plain, replace
 
 
 class Point(Record):

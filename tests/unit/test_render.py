@@ -15,7 +15,7 @@ import pytest
 import slurmfabric
 from slurmfabric.config import LAUNCHERS, load_config
 from slurmfabric.errors import ConfigError
-from slurmfabric.render import (
+from slurmfabric.job.render import (
     config_digest,
     config_from_script,
     environment,
@@ -318,7 +318,7 @@ def test_nccl_tests_mpi_plugin_and_gpus_per_rank() -> None:
 def test_relative_workdir_is_written_as_a_path_not_a_cd_special() -> None:
     """'cd -- -' is 'cd "$OLDPWD"' and a relative operand is searched in CDPATH (bash
     manual, cd): a relative workdir gets './', an absolute or dotted one stays as it is."""
-    from slurmfabric.render import path_word
+    from slurmfabric.job.render import path_word
 
     assert path_word("-") == "./-"
     assert path_word("~") == "'./~'"
@@ -349,7 +349,7 @@ def test_command_names_run_as_programs(launcher: str) -> None:
 @pytest.mark.parametrize("value", ["-x", "--help", "", "a\nb"])
 def test_slurmfabric_bin_override_is_checked(value: str) -> None:
     from slurmfabric.errors import UsageError
-    from slurmfabric.render import node_bin
+    from slurmfabric.job.render import node_bin
 
     with pytest.raises(UsageError, match="--slurmfabric-bin"):
         node_bin(config_for("srun"), value)

@@ -14,7 +14,7 @@ import pytest
 
 from slurmfabric import __version__
 from slurmfabric.config import load_config
-from slurmfabric.render import render_sbatch
+from slurmfabric.job.render import render_sbatch
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

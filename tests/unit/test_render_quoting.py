@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from slurmfabric.config import load_config
-from slurmfabric.render import render_sbatch
+from slurmfabric.job.render import render_sbatch
 
 MAX_EXAMPLES = 200
 
@@ -96,7 +96,7 @@ def test_hostile_values_arrive_byte_for_byte(stub_dir: Path, tmp_path_factory, l
             f"launcher.torchrun={stub_dir / 'torchrun'}", f"launcher.mpirun={stub_dir / 'mpirun'}"]
     sets.append("launcher.nproc_per_node=2" if launcher == "torchrun" else "job.ntasks_per_node=2")
     refused = _refused(args, env, workdir_path)
-    if refused:  # the text rules of slurmfabric/textcheck.py: a clear error, never a script
+    if refused:  # the text rules of slurmfabric/_common/textcheck.py: a clear error, never a script
         with pytest.raises(ValidationError) as error:
             _config(sets, args, env, workdir_path)
         assert refused in str(error.value), (refused, str(error.value))
@@ -120,7 +120,7 @@ def test_hostile_values_arrive_byte_for_byte(stub_dir: Path, tmp_path_factory, l
 
 def _refused(args: list[str], env: dict[str, str], workdir: Path | None) -> str | None:
     """The field the text rules must refuse, or None when every value may pass."""
-    from slurmfabric.textcheck import problem
+    from slurmfabric._common.textcheck import problem
 
     for i, arg in enumerate(args, start=5):  # after python -I -S -c PROBE
         if problem(arg, "free"):

@@ -23,9 +23,9 @@ import pytest
 from slurmfabric.config import load_config
 from slurmfabric.config.models import time_limit_seconds
 from slurmfabric.errors import ConfigError
-from slurmfabric.render import render_sbatch
-from slurmfabric.resume import Checkpoints, events
-from slurmfabric.resume.report import format_history, history
+from slurmfabric.job.render import render_sbatch
+from slurmfabric.restart import Checkpoints, events
+from slurmfabric.restart.report import format_history, history
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["program.command=[\"python\", \"train.py\"]", "job.time=00:10:00"]
@@ -186,7 +186,7 @@ exit 0
 CHILD = r"""
 import os, sys, time
 sys.path.insert(0, os.environ["SF_ROOT"])
-from slurmfabric import resume
+from slurmfabric import restart as resume
 ck = resume.Checkpoints()
 start = (ck.latest() or (0, None))[0]
 exit_code = int(os.environ.get("CHILD_EXIT", "0"))

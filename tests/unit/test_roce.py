@@ -15,7 +15,7 @@ import roce_nodes
 from helpers import write_config
 from roce_nodes import NETDEVS, PROFILE, outputs, recorded
 
-from slurmfabric.health import roce as health_roce
+from slurmfabric.health.checks import roce as health_roce
 from slurmfabric.health.model import FAIL, OK, WARN, Context
 from slurmfabric.roce import audit, parse
 from slurmfabric.roce.facts import RocePort, Tools, collect

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurmfabric import slurmcmd
 from slurmfabric.errors import SlurmCommandError, SubmitError
+from slurmfabric.slurm import cmd as slurmcmd
 
 
 @pytest.mark.parametrize(

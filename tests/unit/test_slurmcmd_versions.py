@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric import slurmcmd
 from slurmfabric.errors import SlurmCommandError
+from slurmfabric.slurm import cmd as slurmcmd
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 VERSIONS = {

@@ -10,10 +10,11 @@ import types
 
 import pytest
 
-from slurmfabric import cli, slurmcmd
+from slurmfabric import cli
 from slurmfabric.config import load_config
 from slurmfabric.errors import SubmitError, UsageError
-from slurmfabric.submit import build_request, pyslurm_fields, resolve_backend, submit
+from slurmfabric.job.submit import build_request, pyslurm_fields, resolve_backend, submit
+from slurmfabric.slurm import cmd as slurmcmd
 
 # Attributes documented for pyslurm.JobSubmitDescription in pyslurm 25.11.2
 # (pyslurm/core/job/submission.pxd docstring) that slurmfabric may set.

@@ -1,4 +1,4 @@
-"""slurmfabric.taskenv: the per-task build as a Python API (what env prints, launch applies)."""
+"""slurmfabric.rank.task: the per-task build as a Python API (what env prints, launch applies)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import fakesysfs
 import nodes
 import pytest
 
-from slurmfabric import taskenv
 from slurmfabric.errors import RankEnvError
+from slurmfabric.rank import task as taskenv
 
 HERE = Path(__file__).resolve().parents[1]
 

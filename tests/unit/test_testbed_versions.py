@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric import slurmcmd
+from slurmfabric.slurm import cmd as slurmcmd
 from slurmfabric.testbed import Settings, hosts_block, merge_hosts, render_slurm_conf
 from slurmfabric.testbed.config import current_block, render_cgroup_conf
 

@@ -10,7 +10,7 @@ import fakesysfs
 import nodes
 import pytest
 
-from slurmfabric._record import replace
+from slurmfabric._common.record import replace
 from slurmfabric.commands import topo as topo_cmd
 from slurmfabric.topology import discover, snapshot
 from slurmfabric.topology.model import pci_distance as distance
@@ -226,7 +226,7 @@ def test_per_rank_modules_stay_light() -> None:
     import subprocess
 
     code = (
-        "import sys, slurmfabric.topology, slurmfabric.plan, slurmfabric.binding\n"
+        "import sys, slurmfabric.topology, slurmfabric.plan, slurmfabric.rank.binding\n"
         "from slurmfabric.topology import discover\n"
         "from slurmfabric.plan import make_plan\n"
         "make_plan(discover(nvml=False), 1)\n"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric import whatif
-from slurmfabric.nccltests import parse as parse_nccl_tests
+from slurmfabric.nccl.tests import parse as parse_nccl_tests
+from slurmfabric.whatif import model as whatif
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "whatif"
 L70 = whatif.MODELS["llama3-70b"]

@@ -1,0 +1,1 @@
+"""Shared helpers of every front: probes, records, sysfs, files, text rules."""

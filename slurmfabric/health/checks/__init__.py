@@ -1,0 +1,1 @@
+"""The health check families: each collects facts and gates them."""

@@ -1,0 +1,319 @@
+"""RDMA checks: ports up at the expected rate and link layer, error counters, link flaps,
+GPUDirect.
+
+By default the port checks judge the rail set: the ports ``slurmfabric topo`` counts as
+rails (``plan.rails.choose_rails``, the one owner of that rule), also while a rail is down
+or slow. Frontend, storage and other non-rail ports are reported as information only; an
+explicit ``rdma_devices`` list in the site config still wins.
+
+Facts come from the topology package's sysfs readers (``/sys/class/infiniband``), read under
+the node's configured root so tests use fake trees. Error counters are judged as deltas
+between this job's prolog and epilog (a snapshot per job in the state dir); without a
+snapshot, absolute limits apply, as most counters only ever grow until a reboot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
+
+# Counters that mean link trouble (IBTA PortCounters, kernel sysfs-class-infiniband names).
+ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+)
+# Allowed increase during one job, unless the site config says otherwise. A downed link or
+# integrity error during a job is never normal; a few symbol errors can be.
+DEFAULT_DELTA_MAX = {"link_downed": 0, "local_link_integrity_errors": 0, "symbol_error": 10}
+DELTA_MAX_OTHER = 100
+# Absolute totals without a snapshot (the critical level of Meta's GCM health checks,
+# github.com/facebookresearch/gcm).
+ABS_MAX_DEFAULT = 100
+# Link flaps: this many link_downed increases within the window fail the port. Vendor
+# bring-up guides treat two link-downs within 24 h as a flapping link to pull.
+FLAP_THRESHOLD_DEFAULT = 2
+FLAP_WINDOW_H_DEFAULT = 24.0
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    name: str  # "mlx5_0:1"
+    state: str
+    phys_state: str
+    rate_gbps: float | None
+    link_layer: str
+    counters: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class RdmaFacts:
+    ports: list[PortFacts]
+    gdr_mode: str  # "peermem", "dmabuf", "none"
+    gdr_evidence: str
+    # The rail positions (plan.rails: rails, down rails, slow rails by a GPU), None when
+    # the rail rule found none (an EFA node): then every port is judged.
+    rails: tuple[str, ...] | None = None
+    not_rails: dict[str, str] = field(default_factory=dict)  # port -> why it is no rail
+    # link_downed increases per port within the flap window (None: no earlier sample yet)
+    flaps: dict[str, int | None] = field(default_factory=dict)
+    flap_window_s: float = FLAP_WINDOW_H_DEFAULT * 3600
+
+
+def collect(root: str, history: str | None = None,
+            window_s: float = FLAP_WINDOW_H_DEFAULT * 3600) -> RdmaFacts:
+    """Read ports, their rail roles and GPUDirect support under ``root`` (the node's sysfs
+    root). ``history``: the state file of link_downed samples the flap check counts in."""
+    from slurmfabric._common.sysfs import Root
+    from slurmfabric.plan.rails import choose_rails
+    from slurmfabric.topology import discover_with_reader
+    from slurmfabric.topology._io import Reader
+    from slurmfabric.topology.numa import discover_gdr
+    from slurmfabric.topology.rdma import discover_rdma
+
+    reader = Reader(Root(root))
+    slots: tuple[str, ...] = ()
+    not_rails: dict[str, str] = {}
+    try:  # sysfs GPUs are enough for the PCIe distances the rail rule needs
+        topo = discover_with_reader(reader, nvml=False)
+        found, gdr = topo.ports, topo.gdr
+        choice = choose_rails(topo)
+        slots = tuple(p.name for p in choice.slots)
+        not_rails = {name: why for name, why in choice.excluded.items() if name not in slots}
+    except Exception:  # an odd tree elsewhere must not stop the port checks: judge them all
+        found = tuple(p for dev in discover_rdma(reader) for p in dev.ports)
+        gdr = discover_gdr(reader)
+    ports = [
+        PortFacts(p.name, p.state, p.phys_state, p.rate_gbps, p.link_layer,
+                  {k: v for k, v in p.counters.items() if k in ERROR_COUNTERS})
+        for p in found
+    ]
+    flaps = record_link_downed(history, ports, window_s) if history else {}
+    return RdmaFacts(ports, gdr.mode, gdr.evidence, slots or None, not_rails, flaps,
+                     window_s)
+
+
+def record_link_downed(path: str, ports: list[PortFacts], window_s: float,
+                       now: float | None = None) -> dict[str, int | None]:
+    """Add this run's link_downed values to the history in ``path`` and count, per port,
+    the increases within the last ``window_s`` seconds.
+
+    The history keeps only changes (time, value), plus the last one before the window as the
+    baseline, so a node checked every minute stores a few lines. A counter that went down
+    (a reboot or driver reload resets it) starts over from its new value. A port seen for
+    the first time has no baseline: None, like the first run of gpu.xid's cursor."""
+    from slurmfabric._common import files
+
+    now = time.time() if now is None else now
+    start = now - window_s
+    saved = files.read_json_or_none(path)
+    known = saved.get("ports", {}) if isinstance(saved, dict) else {}
+    history: dict[str, list[list[float]]] = {}
+    counts: dict[str, int | None] = {}
+    for port in ports:
+        value = port.counters.get("link_downed")
+        raw = known.get(port.name)
+        samples = [s for s in raw if _sample(s)] if isinstance(raw, list) else []
+        if value is not None and (not samples or samples[-1][1] != value):
+            samples.append([now, value])
+        if not samples:
+            continue
+        before = [s for s in samples if s[0] < start]
+        inside = [s for s in samples if s[0] >= start]
+        kept = before[-1:] + inside
+        history[port.name] = kept
+        if len(samples) == 1 and raw is None:
+            counts[port.name] = None
+            continue
+        total = 0
+        for old, new in zip(kept, kept[1:]):
+            total += new[1] - old[1] if new[1] >= old[1] else new[1]
+        counts[port.name] = int(total)
+    # An unwritable state dir must not fail the port checks that share these facts.
+    with contextlib.suppress(OSError):
+        files.write_json(path, {"window_s": window_s, "ports": history})
+    return counts
+
+
+def _sample(item: object) -> bool:
+    return (isinstance(item, list) and len(item) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item))
+
+
+def _selected(facts: RdmaFacts, expect: dict) -> list[PortFacts]:
+    """Ports named in ``rdma_devices`` (``mlx5_0`` = all its ports, ``mlx5_0:1`` one port),
+    else the rail set, else every port; in the order discovery found them."""
+    wanted = list(expect.get("rdma_devices") or [])
+    if not wanted:
+        if facts.rails is None:
+            return facts.ports
+        return [p for p in facts.ports if p.name in facts.rails]
+    return [p for p in facts.ports if p.name in wanted or p.name.split(":")[0] in wanted]
+
+
+def _not_judged(facts: RdmaFacts, expect: dict, ports: list[PortFacts]) -> str:
+    """The ports left out, with why (information only, never a failure)."""
+    judged = {p.name for p in ports}
+    why = "not in rdma_devices" if expect.get("rdma_devices") else "not a rail"
+    return "; ".join(f"{p.name} ({facts.not_rails.get(p.name) or why})"
+                     for p in facts.ports if p.name not in judged)
+
+
+def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    ports = _selected(facts, expect)
+    want_n, want_rate = expect.get("rdma_ports"), expect.get("rdma_rate_gbps")
+    want_layer = expect.get("rdma_link_layer")
+    bad, values, metrics = [], {}, []
+    for name in expect.get("rdma_devices") or []:
+        if not any(p.name == name or p.name.split(":")[0] == name for p in facts.ports):
+            bad.append(f"{name} missing")
+    healthy = 0
+    for port in ports:
+        dev, _, num = port.name.partition(":")
+        labels = (("device", dev), ("port", num))
+        values[port.name] = (f"{port.state}/{port.phys_state} {port.rate_gbps} Gb/s "
+                             f"{port.link_layer}")
+        metrics.append(Metric("slurmfabric_rdma_port_active", 1.0 if port.state == "ACTIVE"
+                              and port.phys_state == "LinkUp" else 0.0, labels))
+        if port.rate_gbps is not None:
+            metrics.append(Metric("slurmfabric_rdma_port_rate_gbps", port.rate_gbps, labels))
+        problems = []
+        if port.state != "ACTIVE" or port.phys_state != "LinkUp":
+            problems.append(f"{port.state}/{port.phys_state}")
+        if want_rate and (port.rate_gbps or 0) < float(want_rate):
+            problems.append(f"at {port.rate_gbps:g} Gb/s, expected {want_rate}"
+                            if port.rate_gbps is not None else "rate unreadable")
+        if want_layer and port.link_layer != want_layer:
+            problems.append(f"link layer {port.link_layer}, expected {want_layer}")
+        if problems:
+            bad.append(f"{port.name} {' '.join(problems)}")
+        else:
+            healthy += 1
+    if want_n is not None and len(ports) < int(want_n):
+        bad.insert(0, f"{len(ports)} RDMA ports found, expected {want_n}")
+    values["healthy_ports"] = healthy
+    skipped = _not_judged(facts, expect, ports)
+    info = ""
+    if skipped:
+        values["not_judged"] = skipped
+        others = [p.name for p in facts.ports if p not in ports]
+        if not expect.get("rdma_devices"):  # said where health check shows it, never drains
+            info = f"not rails, not judged: {', '.join(others)}"
+    status = FAIL if bad else OK
+    return CheckResult("rdma.ports", status, "; ".join(bad) or info, values, tuple(metrics))
+
+
+def check_counters(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    """Deltas against the prolog's snapshot of this job; absolute limits otherwise."""
+    before = ctx.counters_before  # {port: {counter: value}} or None
+    delta_max = {**DEFAULT_DELTA_MAX, **(expect.get("counter_delta_max") or {})}
+    abs_max = expect.get("counter_abs_max") or {}
+    bad, values, metrics = [], {}, []
+    mode = "delta" if before is not None else "absolute"
+    for port in _selected(facts, expect):
+        dev, _, num = port.name.partition(":")
+        for counter, value in sorted(port.counters.items()):
+            if value is None:  # "N/A (no PMA)"
+                continue
+            metrics.append(Metric("slurmfabric_rdma_port_counter", value,
+                                  (("device", dev), ("port", num), ("counter", counter))))
+            old = (before or {}).get(port.name, {}).get(counter)
+            if before is not None and old is not None and value >= old:
+                change, limit = value - old, delta_max.get(counter, DELTA_MAX_OTHER)
+                if change:
+                    values[f"{port.name} {counter}"] = f"+{change}"
+                if change > limit:
+                    bad.append(f"{port.name} {counter} +{change} during the job (limit {limit})")
+            else:  # no snapshot, or the counter went down (port reset, driver reload)
+                limit = abs_max.get(counter, ABS_MAX_DEFAULT)
+                if value:
+                    values[f"{port.name} {counter}"] = value
+                if value > limit:
+                    bad.append(f"{port.name} {counter}={value} (limit {limit})")
+    values["mode"] = mode
+    return CheckResult("rdma.counters", FAIL if bad else OK, "; ".join(bad), values,
+                       tuple(metrics))
+
+
+def check_gdr(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    """GPUDirect RDMA possible through a peer-memory module or DMA-BUF (either is fine)."""
+    want = expect.get("gdr")
+    values = {"mode": facts.gdr_mode, "evidence": facts.gdr_evidence}
+    metric = (Metric("slurmfabric_rdma_gdr_available", 0.0 if facts.gdr_mode == "none" else 1.0),)
+    if facts.gdr_mode != "none":
+        return CheckResult("rdma.gdr", OK, "", values, metric)
+    if want is False:
+        return CheckResult("rdma.gdr", OK, "not required", values, metric)
+    # Required explicitly, or implied when both GPUs and RDMA ports are expected.
+    implied = want is None and bool(expect.get("gpus")) and bool(facts.ports)
+    if want or implied:
+        return CheckResult("rdma.gdr", FAIL, f"no GPUDirect RDMA: {facts.gdr_evidence}",
+                           values, metric)
+    return CheckResult("rdma.gdr", WARN if facts.ports else OK, facts.gdr_evidence, values,
+                       metric)
+
+
+def check_link_flaps(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    """A port whose link went down ``link_flap_threshold`` times or more within
+    ``link_flap_window_h`` hours: it passes every state check while it is up, and drops
+    NCCL's connections each time it goes down. Counted from link_downed (IBTA
+    PortCounters LinkDownedCounter, /sys/class/infiniband/DEV/ports/N/counters/link_downed,
+    Documentation/ABI/stable/sysfs-class-infiniband) across hook runs."""
+    limit = int(expect.get("link_flap_threshold") or FLAP_THRESHOLD_DEFAULT)
+    hours = facts.flap_window_s / 3600
+    bad, values, metrics = [], {}, []
+    fresh = 0
+    for port in _selected(facts, expect):
+        if port.name not in facts.flaps:
+            continue
+        count = facts.flaps[port.name]
+        if count is None:
+            fresh += 1
+            continue
+        dev, _, num = port.name.partition(":")
+        metrics.append(Metric("slurmfabric_rdma_port_link_downs_window", float(count),
+                              (("device", dev), ("port", num))))
+        if count:
+            values[port.name] = count
+        if count >= limit:
+            bad.append(f"{port.name} link went down {count} times in {hours:g} h "
+                       f"(limit {limit})")
+    values["window_h"] = hours
+    if fresh:
+        values["first_sample"] = fresh  # no baseline yet: counted from the next run
+    return CheckResult("rdma.link_flaps", FAIL if bad else OK, "; ".join(bad), values,
+                       tuple(metrics))
+
+
+def snapshot(facts: RdmaFacts) -> dict[str, dict[str, int | None]]:
+    """What the prolog stores for the epilog's deltas."""
+    return {p.name: dict(p.counters) for p in facts.ports}
+
+
+def enabled(expect: dict) -> bool:
+    want = expect.get("rdma_ports")
+    if want is not None:
+        return int(want) > 0
+    from slurmfabric._common.sysfs import Root, list_dir
+
+    return bool(list_dir(Root(str(expect.get("sysfs_root") or "/"))("/sys/class/infiniband")))
+
+
+CHECKS = {
+    "rdma.ports": (check_ports, "fail", ("prolog", "epilog", "check", "periodic")),
+    "rdma.counters": (check_counters, "pass", ("epilog", "check")),
+    "rdma.link_flaps": (check_link_flaps, "pass", ("prolog", "epilog", "check", "periodic")),
+    "rdma.gdr": (check_gdr, "fail", ("prolog", "check")),
+}

@@ -1,0 +1,344 @@
+"""Render sbatch scripts from a JobConfig with Jinja2 templates.
+
+Every value a template prints must pass through a quoting filter: ``q`` (shell words),
+``qargs`` (argument lists), ``sbatch`` (one ``#SBATCH`` option), ``comment`` (header text).
+Integers may be printed as they are. Anything else is refused at render time by the
+``finalize`` hook, so an unquoted user string cannot slip into a script. Per-node and
+per-rank values (MASTER_ADDR, ranks, NCCL NICs, binding) are not computed here: the
+script calls ``slurmfabric env`` / ``slurmfabric launch`` on the nodes at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+
+from slurmfabric import __version__
+from slurmfabric._common.textcheck import shell_word
+from slurmfabric.config.models import JobConfig
+from slurmfabric.errors import ConfigError
+
+CONFIG_MARKER = "# slurmfabric-config: "
+_PACKAGE = Path(__file__).resolve().parents[1]  # slurmfabric/
+_PACKAGE_TEMPLATES = _PACKAGE / "templates"  # wheel (force-include)
+_REPO_TEMPLATES = _PACKAGE.parent / "templates"  # editable install
+_SBATCH_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=[^\s'\"#\\`$]+)?\Z")
+
+
+class Shell(str):
+    """Text that is safe to paste into bash as it is (already quoted or checked)."""
+
+
+def q(value: Any) -> Shell:
+    """One shell word, quoted so bash passes it on byte for byte.
+
+    A backslash right before a quote (``'a\\'``) is valid bash but reads like an escaped
+    quote to people and to shellcheck (SC1003), so such values put each backslash outside
+    the quotes: ``'a'\\``.
+    """
+    if isinstance(value, Shell):
+        return value
+    text = str(value)
+    if not text.isprintable():
+        return Shell(_ansi_c(text))
+    quoted = shell_word(text)
+    if quoted.startswith("="):  # export X==v is valid bash, but shellcheck reads '=='
+        quoted = f"'{text}'"
+    if "\\'" in quoted:
+        quoted = "\\\\".join(shell_word(part) if part else "" for part in text.split("\\"))
+    return Shell(quoted)
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _ansi_c(text: str) -> str:
+    """bash's ``$'...'`` form for text with control or other non-printable characters: the
+    script keeps one line per command (nothing that looks like an ``#SBATCH`` line), and each
+    such character is written as its UTF-8 bytes (``\\xHH``), exact in any locale."""
+    out = []
+    for ch in text:
+        if ch in _ANSI_C:
+            out.append(_ANSI_C[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append("".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8")))
+    return "$'" + "".join(out) + "'"
+
+
+def path_word(value: Any) -> Shell:
+    """A path where its first characters must not change what it names: ``cd -- -`` is
+    ``cd "$OLDPWD"`` (the operand '-' is special even after '--'), and a relative ``cd``
+    operand is looked up in CDPATH first (bash manual, "Bourne Shell Builtins": cd; POSIX cd
+    skips CDPATH for an operand starting with '.' or '..'). A relative path therefore gets
+    ``./``; quoting keeps '~' literal."""
+    text = str(value)
+    if not text.startswith(("/", "./", "../")) and text not in (".", ".."):
+        text = "./" + text
+    return q(text)
+
+
+def qargs(values: Iterable[Any]) -> Shell:
+    return Shell(" ".join(q(v) for v in values))
+
+
+def sbatch_option(value: str) -> Shell:
+    """An ``#SBATCH`` option; the model already checked values, this refuses anything odd."""
+    if not _SBATCH_OPTION.match(value):
+        raise ConfigError([f"#SBATCH option {value!r} is not one plain word"])
+    return Shell(value)
+
+
+def comment(value: Any) -> Shell:
+    """Text for a ``#`` comment line: control characters escaped so it stays one line."""
+    text = str(value)
+    return Shell("".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text))
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, Shell) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise jinja2.TemplateError(
+        f"template printed {value!r} without a quoting filter (q, qargs, sbatch, comment)"
+    )
+
+
+def template_dirs() -> list[Path]:
+    """The package's templates (installed wheel) first, then the repo's (editable)."""
+    return [d for d in (_PACKAGE_TEMPLATES, _REPO_TEMPLATES) if d.is_dir()]
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs()]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=_finalize,
+    )
+    env.filters.update(q=q, qargs=qargs, path=path_word, sbatch=sbatch_option, comment=comment)
+    return env
+
+
+def local_slurmfabric_bin() -> str:
+    """The ``slurmfabric`` next to the running interpreter (a venv), else from PATH: what
+    ``--embed-bin`` writes into a script. Compute nodes rarely have this path."""
+    candidate = Path(sys.executable).parent / "slurmfabric"
+    return str(candidate) if candidate.is_file() else "slurmfabric"
+
+
+def node_bin(config: JobConfig, override: Optional[str] = None) -> str:
+    """The slurmfabric command the script runs on the nodes: never a login-node path unless
+    given (``override``/--embed-bin or ``launcher.slurmfabric``); else from their PATH.
+    An override is checked like ``launcher.slurmfabric``: srun, mpirun and torchrun get it
+    as an argument, where a leading '-' would be read as their own option."""
+    if override is not None:
+        from slurmfabric._common.textcheck import one_line, problem
+        from slurmfabric.errors import UsageError
+
+        bad = problem(override, "strict")
+        if bad or not override or override.startswith("-"):
+            raise UsageError(f"--slurmfabric-bin {one_line(repr(override), 120)}: "
+                             f"{bad or 'empty or starts with -'}",
+                             "give the path of slurmfabric on the compute nodes, e.g. "
+                             "/opt/slurmfabric/bin/slurmfabric")
+    return override or config.launcher.slurmfabric or "slurmfabric"
+
+
+def login_only_path(path: str) -> Optional[str]:
+    """Why ``path`` is unlikely to exist on compute nodes (under a home or a git clone)."""
+    if not path.startswith("/"):
+        return None
+    home = str(Path.home())
+    resolved = Path(path).resolve()
+    for parent in (resolved, *resolved.parents):
+        if (parent / ".git").exists():
+            return f"it lies in the clone {parent}"
+    if home not in ("/", "") and (path + "/").startswith(home.rstrip("/") + "/"):
+        return f"it lies under the home directory {home}"
+    return None
+
+
+def config_json(config: JobConfig) -> str:
+    """Canonical one-line JSON of the config: what the digest covers and the script embeds."""
+    return json.dumps(config.model_dump(mode="json"), sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=True)
+
+
+def config_digest(config: JobConfig) -> str:
+    return "sha256:" + hashlib.sha256(config_json(config).encode()).hexdigest()[:16]
+
+
+def tasks_per_node(config: JobConfig) -> int:
+    """Slurm tasks per node: 1 for torchrun (it spawns workers), else one per GPU/rank."""
+    job = config.job
+    if config.launcher.type == "torchrun":
+        return 1
+    if config.launcher.type == "nccl-tests":
+        return job.ntasks_per_node or job.gpus_per_node // config.launcher.nccl_tests.gpus_per_rank
+    return job.ntasks_per_node or job.gpus_per_node
+
+
+def workers_per_node(config: JobConfig) -> int:
+    """Ranks per node: torchrun workers, or Slurm tasks for the other launchers."""
+    if config.launcher.type == "torchrun":
+        return config.launcher.nproc_per_node or config.job.gpus_per_node
+    return tasks_per_node(config)
+
+
+def nccl_exports(config: JobConfig) -> dict[str, str]:
+    """NCCL variables the script exports: fabric.type's meaning (plan/contract.py), then
+    fabric.nccl on top. Contradictions between the two were refused when the config loaded."""
+    from slurmfabric.plan.contract import job_env
+
+    return job_env(config.fabric.type, config.fabric.nccl)
+
+
+def sbatch_options(config: JobConfig) -> list[str]:
+    """The modelled ``#SBATCH`` options, sorted (extra raw lines are added after them)."""
+    job, launcher = config.job, config.launcher
+    opts = [
+        f"--job-name={job.name}",
+        f"--nodes={job.nodes}",
+        f"--ntasks-per-node={tasks_per_node(config)}",
+    ]
+    if job.gpus_per_node:
+        opts.append(f"--gpus-per-node={job.gpus_per_node}")
+    valued = {
+        "partition": job.partition, "account": job.account, "qos": job.qos,
+        "time": job.time, "mem": job.mem, "cpus-per-task": job.cpus_per_task,
+        "constraint": job.constraint, "reservation": job.reservation,
+        "output": job.output, "error": job.error, "array": job.array,
+        "dependency": job.dependency, "mail-type": job.mail_type, "mail-user": job.mail_user,
+    }
+    opts += [f"--{key}={value}" for key, value in valued.items() if value is not None]
+    if job.exclusive:
+        opts.append("--exclusive")
+    resume = launcher.resume
+    requeue = job.requeue
+    if resume.enabled and (resume.mode == "requeue" or {"preempt", "node_fail"} & set(
+            resume.events)):
+        requeue = True  # Slurm requeues on preemption/node failure only when allowed to
+    if requeue is not None:
+        opts.append("--requeue" if requeue else "--no-requeue")
+    if resume.enabled:
+        # B: the batch shell alone gets the warning (the supervisor asks the program for a
+        # checkpoint); append: a requeued job keeps one output file (sbatch(1)).
+        opts.append(f"--signal=B:{resume.signal}@{resume.grace_seconds}")
+        opts.append("--open-mode=append")
+    elif launcher.signal:
+        # Sent to every job step (not the batch shell) signal_seconds before the time limit.
+        opts.append(f"--signal={launcher.signal}@{launcher.signal_seconds}")
+    return sorted(opts)
+
+
+def checkpoint_dir(config: JobConfig) -> str:
+    """Where the job's checkpoints live, as the config says (relative: to the workdir)."""
+    return config.launcher.resume.checkpoint_dir or f"checkpoints/{config.job.name}"
+
+
+def supervise_args(config: JobConfig) -> list[str]:
+    """``slurmfabric resume supervise`` options for this config (the launch follows ``--``)."""
+    resume = config.launcher.resume
+    return [
+        "--events", ",".join(resume.events), "--max-restarts", str(resume.max_restarts),
+        "--signal", resume.signal, "--grace", str(resume.grace_seconds),
+        "--mode", resume.mode, "--keep", str(resume.keep), "--launcher", config.launcher.type,
+    ]
+
+
+def _context(config: JobConfig, slurmfabric_bin: Optional[str],
+             rerender: Optional[str] = None) -> dict[str, Any]:
+    ops = config.launcher.nccl_tests
+    binaries = [f"{op}_perf" if not ops.bin_dir else f"{ops.bin_dir.rstrip('/')}/{op}_perf"
+                for op in ops.ops]
+    return {
+        "config": config,
+        "job": config.job,
+        "launcher": config.launcher,
+        "program": config.program,
+        "fabric": config.fabric,
+        "sf": node_bin(config, slurmfabric_bin),
+        "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
+                            for arg in config.launcher.mpirun_args),
+        "tasks_per_node": tasks_per_node(config),
+        "workers_per_node": workers_per_node(config),
+        "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
+        "nccl_exports": nccl_exports(config),
+        "nccl_tests_binaries": binaries,
+        "sbatch_options": sbatch_options(config),
+        "version": __version__,
+        "digest": config_digest(config),
+        "config_json": config_json(config),
+        "rerender": rerender,
+        "resume": config.launcher.resume,
+        "checkpoint_dir": checkpoint_dir(config),
+        "supervise_args": supervise_args(config),
+    }
+
+
+def _render(name: str, config: JobConfig, slurmfabric_bin: Optional[str] = None,
+            rerender: Optional[str] = None) -> str:
+    template = environment().get_template(name)
+    # Jinja drops the newline after an include; a script must end with one.
+    return template.render(**_context(config, slurmfabric_bin, rerender)).rstrip("\n") + "\n"
+
+
+def render_sbatch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None,
+                  rerender: Optional[str] = None) -> str:
+    """The whole sbatch script. ``rerender`` is the command shown in the header."""
+    return _render("sbatch.sh.j2", config, slurmfabric_bin, rerender)
+
+
+def render_env_block(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
+    """Only the environment block: modules, user and NCCL exports, job-level rank env."""
+    return _render("env.sh.j2", config, slurmfabric_bin)
+
+
+def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
+    """Only the launch command(s) for the config's launcher (one line per step)."""
+    return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
+
+
+RERENDER_MARKER = "# Re-render: "
+
+
+def rerender_from_script(text: str) -> Optional[str]:
+    """The ``# Re-render:`` command a rendered script carries, or None."""
+    for line in text.splitlines():
+        if line.startswith(RERENDER_MARKER):
+            return line[len(RERENDER_MARKER):]
+        if line.startswith(CONFIG_MARKER):
+            return None
+    return None
+
+
+def config_from_script(text: str) -> JobConfig:
+    """The config a rendered script embeds (its ``# slurmfabric-config:`` line)."""
+    from pydantic import ValidationError
+
+    from slurmfabric.config.loader import format_errors
+
+    for line in text.splitlines():
+        if line.startswith(CONFIG_MARKER):
+            try:
+                return JobConfig.model_validate(json.loads(line[len(CONFIG_MARKER):]))
+            except json.JSONDecodeError as exc:
+                raise ConfigError([f"the script's config line is not valid JSON: {exc}"]) \
+                    from None
+            except ValidationError as exc:
+                raise ConfigError(format_errors(exc)) from None
+    raise ConfigError(["script has no '# slurmfabric-config:' line; was it rendered by "
+                       "slurmfabric?"])

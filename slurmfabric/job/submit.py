@@ -1,0 +1,183 @@
+"""Submission: config -> typed request (no I/O) -> dry run, ``sbatch --test-only`` or submit.
+
+The request is all a dry run prints: the exact command and the exact script. Backends:
+``sbatch`` (through slurmcmd, the one module that runs Slurm commands) and ``pyslurm``
+(optional, imported only when used, checked against the running Slurm's version).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from slurmfabric.config.models import JobConfig
+from slurmfabric.errors import SubmitError, UsageError
+from slurmfabric.job.render import render_sbatch, tasks_per_node
+from slurmfabric.slurm import cmd as slurmcmd
+
+BACKENDS = ("sbatch", "pyslurm", "auto")
+PYSLURM_HINT = ("install pyslurm built for this cluster's Slurm "
+                "(pip install 'slurmfabric[pyslurm]'), or use --backend sbatch")
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """Everything needed to submit, computed without touching the cluster."""
+
+    script: str
+    backend: str
+    sbatch_args: tuple[str, ...] = ()
+    workdir: Optional[str] = None
+    test_only: bool = False
+    pyslurm_fields: dict[str, Any] = field(default_factory=dict)
+
+    def command(self) -> list[str]:
+        """The exact command line (the script goes to its stdin)."""
+        if self.test_only:
+            return slurmcmd.sbatch_test_only_command(list(self.sbatch_args))
+        if self.backend == "pyslurm":
+            return ["pyslurm.JobSubmitDescription(**fields, script=SCRIPT).submit()"]
+        return slurmcmd.sbatch_command(list(self.sbatch_args))
+
+    def describe(self) -> str:
+        """What ``--dry-run`` prints: the command, the backend's fields, then the script."""
+        lines = [f"# backend: {self.backend}"]
+        if self.workdir:
+            lines.append(f"# workdir: {self.workdir}")
+        if self.backend == "pyslurm" and not self.test_only:
+            lines.append(f"# fields: {self.pyslurm_fields!r}")
+            lines.append(f"# command: {self.command()[0]}")
+        else:
+            lines.append(f"# command: {shlex.join(self.command())} < SCRIPT")
+        lines.append("# SCRIPT:")
+        return "\n".join(lines) + "\n" + self.script
+
+
+def pyslurm_fields(config: JobConfig, workdir: Optional[str] = None) -> dict[str, Any]:
+    """JobSubmitDescription attributes (pyslurm 25.11 docs) matching the #SBATCH lines.
+
+    Mapped from the config, not by pyslurm re-parsing #SBATCH lines, because its parser
+    splits on '=' and '#'. Raw ``extra_sbatch`` lines cannot be mapped, so they are refused.
+    """
+    job, launcher = config.job, config.launcher
+    if job.extra_sbatch:
+        raise UsageError(
+            "job.extra_sbatch lines cannot be passed through the pyslurm backend",
+            hint="use --backend sbatch, or model the option in the config",
+        )
+    fields: dict[str, Any] = {
+        "name": job.name,
+        "nodes": job.nodes,
+        "ntasks_per_node": tasks_per_node(config),
+        # like sbatch's: where the job starts (the script itself cd's to program.workdir)
+        "working_directory": workdir or os.getcwd(),
+    }
+    optional = {
+        "partitions": job.partition, "account": job.account, "qos": job.qos,
+        "time_limit": job.time, "cpus_per_task": job.cpus_per_task,
+        "memory_per_node": job.mem, "constraints": job.constraint,
+        "reservations": job.reservation, "standard_output": job.output,
+        "standard_error": job.error, "array": job.array, "dependencies": job.dependency,
+        "is_requeueable": job.requeue, "mail_types": job.mail_type,
+        "mail_user": job.mail_user,
+    }
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    if job.gpus_per_node:
+        fields["gres_per_node"] = f"gpu:{job.gpus_per_node}"
+    if job.exclusive:
+        fields["resource_sharing"] = "exclusive"
+    if launcher.signal:
+        fields["signal"] = f"{launcher.signal}@{launcher.signal_seconds}"
+    return fields
+
+
+def load_pyslurm() -> Any:
+    """Import pyslurm on first use, with a message that says what to install."""
+    try:
+        import pyslurm  # noqa: PLC0415 - optional backend, imported lazily on purpose
+    except ImportError as exc:
+        raise SubmitError(f"the pyslurm backend is not available: {exc}",
+                          hint=PYSLURM_HINT) from None
+    except Exception as exc:  # a build for another libslurm fails in its own ways
+        raise SubmitError(f"pyslurm failed to load ({type(exc).__name__}: {exc})",
+                          hint=PYSLURM_HINT) from None
+    return pyslurm
+
+
+def check_pyslurm_version(pyslurm: Any, slurm: tuple[int, int, int]) -> None:
+    """pyslurm X.Y.* works only with Slurm X.Y (its version follows Slurm's)."""
+    version = str(getattr(pyslurm, "__version__", "?"))
+    try:
+        built_for = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        built_for = ()
+    if built_for != tuple(slurm[:2]):
+        raise SubmitError(
+            f"pyslurm {version} was built for another Slurm than the running "
+            f"{slurm[0]}.{slurm[1]:02d}.{slurm[2]}",
+            hint=PYSLURM_HINT,
+        )
+
+
+def resolve_backend(name: str) -> str:
+    """``auto`` -> pyslurm when it imports and matches the running Slurm, else sbatch."""
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
+    if name != "auto":
+        return name
+    try:
+        check_pyslurm_version(load_pyslurm(), slurmcmd.slurm_version())
+    except SubmitError:
+        return "sbatch"
+    return "pyslurm"
+
+
+def build_request(
+    config: JobConfig,
+    *,
+    backend: str = "sbatch",
+    test_only: bool = False,
+    sbatch_args: Sequence[str] = (),
+    workdir: Optional[str] = None,
+    rerender: Optional[str] = None,
+    slurmfabric_bin: Optional[str] = None,
+) -> SubmitRequest:
+    """Render and describe the submission; submits nothing."""
+    resolved = "sbatch" if test_only else resolve_backend(backend)
+    if resolved == "pyslurm" and sbatch_args:
+        raise UsageError("--sbatch-arg needs the sbatch backend", hint="use --backend sbatch")
+    return SubmitRequest(
+        script=render_sbatch(config, slurmfabric_bin=slurmfabric_bin, rerender=rerender),
+        backend=resolved,
+        sbatch_args=tuple(sbatch_args),
+        workdir=workdir,
+        test_only=test_only,
+        pyslurm_fields=pyslurm_fields(config, workdir) if resolved == "pyslurm" else {},
+    )
+
+
+def submit(request: SubmitRequest) -> str:
+    """Submit (or validate with ``--test-only``); returns the job id or Slurm's verdict."""
+    if request.test_only:
+        return slurmcmd.sbatch_test_only(request.script, list(request.sbatch_args),
+                                         workdir=request.workdir).strip()
+    if request.backend == "pyslurm":
+        return str(_submit_pyslurm(request))
+    return str(slurmcmd.sbatch(request.script, list(request.sbatch_args),
+                               workdir=request.workdir))
+
+
+def _submit_pyslurm(request: SubmitRequest) -> int:
+    pyslurm = load_pyslurm()
+    check_pyslurm_version(pyslurm, slurmcmd.slurm_version())
+    description = pyslurm.JobSubmitDescription(script=request.script,
+                                               **request.pyslurm_fields)
+    try:
+        return int(description.submit())
+    except pyslurm.RPCError as exc:  # Slurm's own text, verbatim
+        raise SubmitError(f"pyslurm submit failed: {exc}") from None
+    except ValueError as exc:  # pyslurm's own checks of the description
+        raise SubmitError(f"pyslurm refused the job description: {exc}") from None

@@ -1,0 +1,1 @@
+"""Guard: reading NCCL logs and nccl-tests output."""

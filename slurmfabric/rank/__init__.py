@@ -1,0 +1,1 @@
+"""Run: each rank's environment, addresses, ports, binding, whichever launcher started it."""

@@ -1,0 +1,261 @@
+"""The environment and binding one task gets: a pure decision over its environment.
+
+``build(environ, ...)`` is what ``slurmfabric env`` prints and ``slurmfabric launch``
+applies, as a Python API: the rank environment (rankenv), a MASTER_PORT the batch shell
+checked free (ports), the node's NCCL plan under the job's fabric type (plan, only on nodes
+with GPUs or RDMA devices) and this local rank's binding; ``render`` writes it for ``eval``
+(export), as JSON or as a dotenv file, quoted so that every value survives ``eval`` byte for
+byte. This runs on every rank: standard library only, no argparse/shlex/json/dataclasses
+at import (each costs milliseconds).
+"""
+
+from __future__ import annotations
+
+import os
+
+from slurmfabric._common.record import Record
+from slurmfabric._common.textcheck import SAFE_CHARS, shell_word
+from slurmfabric.errors import UsageError
+from slurmfabric.rank import env as rankenv
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def resolve(opts: dict[str, object], environ: dict[str, str]) -> rankenv.RankEnv:
+    """The rank environment, with the batch shell's port checked (see ``build``)."""
+    port_range = opts.get("port_range")
+    rank_env = rankenv.resolve(
+        environ,
+        mode=str(opts.get("mode") or "auto"),
+        addr_policy=opts.get("addr_policy"),  # type: ignore[arg-type]
+        port_range=rankenv.parse_port_range(str(port_range)) if port_range else None,
+    )
+    if rank_env.scope == "job":
+        rank_env = _checked_job_port(rank_env, opts, environ)
+    if opts.get("check_port"):
+        check_port(rank_env, environ)
+    return rank_env
+
+
+def _checked_job_port(rank_env: rankenv.RankEnv, opts: dict[str, object],
+                      environ: dict[str, str]) -> rankenv.RankEnv:
+    """In the batch shell on the master node: a port no other job holds (ports.py)."""
+    text = str(opts.get("port") or environ.get("SLURMFABRIC_PORT") or "")
+    start = rank_env.master_port
+    if text:
+        if not text.isdigit() or not rank_env.port_range[0] <= int(text) <= \
+                rank_env.port_range[1]:
+            raise UsageError(
+                f"--port/SLURMFABRIC_PORT {text!r} is not a port inside the range "
+                "{}-{}".format(*rank_env.port_range),
+                "give a port inside --port-range / SLURMFABRIC_PORT_RANGE",
+            )
+        start = int(text)
+    here = environ.get("SLURMD_NODENAME")
+    if here != rank_env.master_host:
+        return rank_env.replace(master_port=start)  # not on the master: cannot check
+    from slurmfabric.rank import ports
+
+    port, notes = ports.choose(start, rank_env.port_range, rank_env.job_id,
+                               rankenv.port_is_free)
+    return rank_env.replace(master_port=port, notes=(*rank_env.notes, *notes))
+
+
+def check_port(rank_env: rankenv.RankEnv, environ: dict[str, str]) -> None:
+    """Only the master node can tell whether the port is free; elsewhere this is a no-op."""
+    here = environ.get("SLURMD_NODENAME")
+    if here and here != rank_env.master_host:
+        return
+    if not rankenv.port_is_free(rank_env.master_port):
+        from slurmfabric.errors import RankEnvError
+
+        raise RankEnvError(
+            f"MASTER_PORT {rank_env.master_port} is already in use on {rank_env.master_host}",
+            "pick another range with --port-range or SLURMFABRIC_PORT_RANGE, "
+            "or set MASTER_PORT yourself",
+        )
+
+
+def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict[str, str],
+               topology: object = None):
+    """The fabric plan for this node, or None (batch shell, --no-plan, a CPU-only node).
+    ``topology``: the node's discovered Topology when the caller has it (the TaskProlog's
+    per-boot cache), else discovery runs here.
+
+    NCCL settings are per node, so never in the batch shell (its values would leak into
+    every node's steps). A node with neither GPUs nor RDMA devices gets no plan at all:
+    nothing to tune, and the topology code stays unimported (it is the slow part).
+    """
+    if rank_env.scope == "job" or not opts.get("plan", True):
+        return None
+    if environ.get("SLURMFABRIC_NO_PLAN") == "1":
+        return None
+    if not environ.get("SLURMFABRIC_SYSFS_ROOT") and not _has_accelerators():
+        kind = _raw_fabric_type(opts, environ)
+        if kind in ("auto", "tcp"):  # nothing to plan; the plan package stays unimported
+            return None
+        if fabric_type(opts, environ) != "tcp":  # validates; ib/roce/efa need the fabric
+            from slurmfabric.errors import RankEnvError
+
+            node = environ.get("SLURMD_NODENAME") or os.uname().nodename
+            raise RankEnvError(
+                f"fabric.type={kind} but node {node} has no GPU and no RDMA device "
+                "(/dev/nvidiactl and /sys/class/infiniband are absent)",
+                "run on a node with the fabric, or set fabric.type=auto or tcp",
+            )
+        return None
+    try:
+        from slurmfabric.plan import make_plan, visible_gpus_from_env
+        from slurmfabric.topology import discover
+    except ImportError:  # the fabric plan is optional at this seam
+        return None
+    local = rank_env.local_world_size or rank_env.nproc_per_node or 1
+    if topology is None:
+        topology = discover(environ.get("SLURMFABRIC_SYSFS_ROOT") or None, plan_only=True,
+                            environ=environ)
+    plan = make_plan(
+        topology,  # type: ignore[arg-type]
+        local,
+        visible_gpus=visible_gpus_from_env(environ),
+        master_addr=rank_env.master_addr,
+        user_env=environ,
+        fabric_type=fabric_type(opts, environ),
+        node=environ.get("SLURMD_NODENAME") or os.uname().nodename,
+    )
+    if (environ.get("KUBERNETES_SERVICE_HOST") and not environ.get("SLURM_JOB_ID")
+            and getattr(plan, "fabric", "tcp") in ("ib", "roce")):
+        from slurmfabric.rank.k8s import locked_memory_problem
+
+        problem = locked_memory_problem()
+        if problem:
+            plan.errors.append(problem)
+    if plan.errors and opts.get("strict", True):
+        from slurmfabric.errors import RankEnvError
+
+        raise RankEnvError(
+            "; ".join(plan.errors),
+            "fix the node (slurmfabric topo --explain) or set fabric.type=auto to let "
+            "each node decide",
+        )
+    return plan
+
+
+def _raw_fabric_type(opts: dict[str, object], environ: dict[str, str]) -> str:
+    return str(opts.get("fabric_type") or environ.get("SLURMFABRIC_FABRIC_TYPE") or "auto")
+
+
+def fabric_type(opts: dict[str, object], environ: dict[str, str]) -> str:
+    """The job's fabric.type (plan/contract.py ENV_VAR), checked against the known types."""
+    from slurmfabric.plan.contract import check_type
+
+    return check_type(_raw_fabric_type(opts, environ))
+
+
+def _has_accelerators() -> bool:
+    if os.path.exists("/dev/nvidiactl"):
+        return True
+    try:
+        return bool(os.listdir("/sys/class/infiniband"))
+    except OSError:
+        return False
+
+
+class TaskEnv(Record):
+    """What one task gets: its rank env, the variables to set, the user's values kept,
+    the node's plan (or None) and this local rank's binding (or None)."""
+
+    __slots__ = ("rank_env", "variables", "kept", "plan", "binding")
+    rank_env: rankenv.RankEnv
+    variables: dict[str, str]
+    kept: dict[str, str]
+    plan: object
+    binding: object
+
+
+def build(
+    environ: Mapping[str, str] | None = None,
+    *,
+    mode: str = "auto",
+    addr_policy: str | None = None,
+    port_range: str | None = None,
+    port: str | int | None = None,
+    fabric_type: str | None = None,
+    check_port: bool = False,
+    override: bool = False,
+    plan: bool = True,
+    bind: bool = True,
+    strict: bool = True,
+    plan_source: object = None,
+) -> TaskEnv:
+    """The environment and binding of the task ``environ`` (default ``os.environ``)
+    describes: what ``slurmfabric env`` prints and ``slurmfabric launch`` applies.
+
+    ``strict`` (default): a node that cannot honour the job's fabric type is an error
+    (RankEnvError); ``launch --print`` passes False to show the errors instead.
+    ``bind=False``: the binding is planned but its CPU/memory entries are not exported.
+    ``plan_source``: a callable ``(rank_env, opts, environ) -> plan or None`` used instead
+    of ``wants_plan`` (the TaskProlog's per-boot cache, site/taskprolog.py).
+    """
+    env = dict(os.environ if environ is None else environ)
+    opts = {"mode": mode, "addr_policy": addr_policy, "port_range": port_range, "port": port,
+            "fabric_type": fabric_type, "check_port": check_port, "plan": plan,
+            "strict": strict}
+    rank_env = resolve(opts, env)
+    final, kept = rankenv.with_user_values(rank_env, env, override)
+    node_plan = (plan_source or wants_plan)(rank_env, opts, env)  # type: ignore[operator]
+    binding = None
+    if node_plan is not None:
+        for key, value in node_plan.nccl_env.items():  # the plan never overrides the user's
+            final.setdefault(key, value)
+        binding = _binding(node_plan, rank_env)
+        if binding is not None:
+            from slurmfabric.rank.binding import binding_env
+
+            final.update(binding_env(binding, bound=bind,
+                                     nic=getattr(node_plan, "fabric", "tcp") != "tcp"))
+    return TaskEnv(rank_env, final, kept, node_plan, binding)
+
+
+def _binding(plan: object, rank_env: rankenv.RankEnv) -> object | None:
+    """This local rank's RankBinding from the node plan, or None."""
+    bindings = getattr(plan, "bindings", None) or []
+    local = rank_env.local_rank
+    if local is None or local >= len(bindings):
+        return None
+    return bindings[local]
+
+
+quote = shell_word  # re-exported: the rendered exports and `launch --print` use it
+
+
+def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) -> str:
+    if fmt == "json":
+        import json
+
+        return json.dumps(final, indent=2, sort_keys=False) + "\n"
+    from slurmfabric._common.textcheck import one_line
+
+    lines = []
+    if fmt == "export":
+        # Comment lines hold user values: a newline there would end the comment and run the
+        # rest under eval, so every non-printable character is shown by its escape.
+        lines += [
+            f"# slurmfabric: kept {key}={one_line(quote(value), 200)} (already set; "
+            "--override replaces it)"
+            for key, value in kept.items()
+        ]
+        for warning in getattr(plan, "warnings", ()) or ():
+            lines.append("# slurmfabric: warning: " + one_line(" ".join(str(warning).split()),
+                                                               1000))
+        lines += [f"export {key}={quote(value)}" for key, value in final.items()]
+    else:  # dotenv: KEY=value, double-quoted when needed
+        for key, value in final.items():
+            if value and all(c in SAFE_CHARS for c in value):
+                lines.append(f"{key}={value}")
+            else:
+                escaped = (value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+                           .replace("`", "\\`").replace("\n", "\\n").replace("\r", "\\r"))
+                lines.append(f'{key}="{escaped}"')
+    return "\n".join(lines) + "\n"

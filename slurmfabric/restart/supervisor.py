@@ -1,0 +1,370 @@
+"""The batch shell's side of resuming: run the launch, survive what Slurm does to the job.
+
+``slurmfabric resume supervise -- <launch>`` is exec'd as the last line of a job script
+rendered with ``[launcher.resume]``. It is the batch shell process, so it gets the
+``--signal=B:SIG@GRACE`` warning (B: only the batch shell, sbatch(1)). It tells the events
+apart by Slurm's own signals and state, never by elapsed time
+(https://github.com/facebookincubator/submitit/issues/1656):
+
+- **timeout**: the warning signal arrives while squeue's time left (``%L``) is within the
+  grace period. It asks the program for a checkpoint (the save-request file), stops the
+  launch once the checkpoint is complete, then requeues the job from here (never from a rank)
+  or submits the successor.
+- **preempt / node_fail**: Slurm ends the job itself with SIGTERM and requeues it
+  (``--requeue``). Its restart count (``Restarts=``) has already gone up. A node of the
+  allocation that is DOWN or not responding makes it a node failure. The next start finds
+  the job on other nodes: Slurm schedules nothing on a DOWN node.
+- **worker_fail**: the launch exits non-zero on its own. torchrun has already restarted its
+  workers (``--max-restarts``); any other launcher gets the job requeued.
+
+Restarts are counted by Slurm (``SLURM_RESTART_COUNT``) for requeues and by
+``SLURMFABRIC_CHAIN_COUNT`` for chained successors. Past ``max_restarts`` the job stops with
+one line that says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from slurmfabric.errors import SlurmCommandError
+from slurmfabric.restart import Checkpoints, events
+from slurmfabric.slurm import cmd as slurmcmd
+
+BAD_NODE_FLAGS = {"NOT_RESPONDING", "DOWN", "FAIL", "FAILING", "DRAIN", "DRAINING",
+                  "DRAINED"}
+STOP_WAIT = 15.0  # seconds the launch gets to exit after SIGTERM before SIGKILL
+FINISH_WAIT = 5.0  # seconds a checkpointed program gets to exit on its own before SIGTERM
+SLURM_NOTICE_WAIT = 120.0  # how long a failed launch waits for Slurm to act on a bad node
+
+
+@dataclass
+class Options:
+    events: list[str]
+    max_restarts: int = 3
+    signal: str = "USR2"
+    grace: int = 120
+    mode: str = "requeue"
+    keep: int = 2
+    launcher: str = "srun"
+    script: str | None = None  # the job script, resubmitted in chain mode
+    checkpoint_dir: str = ""
+
+
+@dataclass
+class Job:
+    """Who this job is, read once from the batch shell's environment."""
+
+    job_id: str
+    target: str  # what scontrol requeue names: the array task, not the array
+    run: str  # one id across requeues and chained successors
+    nodes: str
+    slurm_restarts: int
+    chain: int
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> Job:
+        job_id = env.get("SLURM_JOB_ID", "")
+        array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+        target = f"{array}_{task}" if array and task else job_id
+        return cls(job_id=job_id, target=target, run=env.get("SLURMFABRIC_RUN_ID") or target,
+                   nodes=env.get("SLURM_JOB_NODELIST", ""),
+                   slurm_restarts=_count(env.get("SLURM_RESTART_COUNT")),
+                   chain=_count(env.get("SLURMFABRIC_CHAIN_COUNT")), env=env)
+
+    @property
+    def restarts(self) -> int:
+        return self.slurm_restarts + self.chain
+
+
+def _count(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 0
+
+
+def _say(message: str) -> None:
+    print(f"slurmfabric: resume: {message}", flush=True)
+
+
+class Supervisor:
+    def __init__(self, command: list[str], options: Options, job: Job) -> None:
+        self.command, self.o, self.job = command, options, job
+        self.checkpoints = Checkpoints(options.checkpoint_dir, options.keep)
+        self.request = os.path.join(events.state_dir(options.checkpoint_dir), "save-request")
+        self.flags: list[str] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    # -- the record ------------------------------------------------------------------------
+
+    def _log(self, event: str, **fields: object) -> None:
+        events.append(self.o.checkpoint_dir, {
+            "event": event, "time": time.time(), "run": self.job.run, "job": self.job.job_id,
+            "restart": self.job.restarts, **fields})
+
+    def _latest_step(self) -> int | None:
+        latest = self.checkpoints.latest()
+        return latest[0] if latest else None
+
+    def _reached(self) -> int | None:
+        progress = events.read_progress(self.o.checkpoint_dir) or {}
+        step = progress.get("step")
+        return step if isinstance(step, int) else None
+
+    def _bad_nodes(self, nodelist: str) -> list[str]:
+        if not nodelist:
+            return []
+        try:
+            states = slurmcmd.node_states(nodelist, env=self.job.env)
+        except SlurmCommandError:
+            return []
+        return sorted(node for node, state in states.items()
+                      if slurmcmd.node_state_flags(state) & BAD_NODE_FLAGS)
+
+    # -- start -----------------------------------------------------------------------------
+
+    def _close_unrecorded(self) -> None:
+        """A run that ended with no record (its batch shell was killed outright, e.g. with
+        its node) gets one now, from what Slurm says about its nodes."""
+        history = events.read(self.o.checkpoint_dir, self.job.run)
+        starts = [e for e in history if e.get("event") == "start"]
+        if not starts or not self.job.restarts or any(
+                e.get("event") == "end" for e in history[history.index(starts[-1]):]):
+            return
+        last = starts[-1]
+        bad = self._bad_nodes(str(last.get("nodes", "")))
+        reached = self._reached()
+        events.append(self.o.checkpoint_dir, {
+            "event": "end", "time": time.time(), "run": self.job.run, "job": last.get("job"),
+            "restart": last.get("restart"), "reason": "node_fail" if bad else "unknown",
+            "nodes": bad, "step_reached": reached, "checkpoint_step": self._latest_step(),
+            "inferred": True, "action": "requeued by slurm"})
+
+    def start(self) -> int | None:
+        """Log the start; a number when the job must stop here (past max_restarts)."""
+        self._close_unrecorded()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.request)
+        step = self._latest_step()
+        self._log("start", nodes=self.job.nodes, from_step=step)
+        where = f"resuming from checkpoint step {step}" if step is not None else \
+            "no checkpoint yet, starting from the beginning"
+        _say(f"job {self.job.target} start {self.job.restarts} (max_restarts "
+             f"{self.o.max_restarts}) on {self.job.nodes}: {where}")
+        if self.job.restarts > self.o.max_restarts:
+            self._final("max_restarts", f"restart {self.job.restarts} is past max_restarts = "
+                        f"{self.o.max_restarts}; Slurm requeued the job after an interruption "
+                        "it handles itself (preemption or node failure)")
+            return 1
+        return None
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.flags.append(signal.Signals(signum).name)
+
+    def child_env(self) -> dict[str, str]:
+        env = dict(self.job.env)
+        env.update(SLURMFABRIC_CHECKPOINT_DIR=self.o.checkpoint_dir,
+                   SLURMFABRIC_RESTART_COUNT=str(self.job.restarts),
+                   SLURMFABRIC_SAVE_REQUEST=self.request,
+                   SLURMFABRIC_CHECKPOINT_KEEP=str(self.o.keep),
+                   SLURMFABRIC_RUN_ID=self.job.run)
+        return env
+
+    def run(self) -> int:
+        stop = self.start()
+        if stop is not None:
+            return stop
+        warning = getattr(signal, f"SIG{self.o.signal}")
+        for signum in (warning, signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        self.proc = subprocess.Popen(self.command, env=self.child_env())
+        while True:
+            try:
+                rc = self.proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                rc = None
+            if self.flags:
+                name = self.flags.pop(0)
+                if name == f"SIG{self.o.signal}":
+                    result = self._warning()
+                else:
+                    result = self._terminated(name)
+                if result is not None:
+                    return result
+                continue
+            if rc is not None:
+                return self._exited(rc)
+
+    # -- the four ways a run ends ----------------------------------------------------------
+
+    def _warning(self) -> int | None:
+        """The time-limit warning: checkpoint, stop, requeue. None: not a timeout after all."""
+        try:
+            left = slurmcmd.time_left(self.job.job_id, env=self.job.env)
+        except SlurmCommandError:
+            left = None
+        if left is not None and left > self.o.grace + 60:
+            # Slurm also sends the user signal on preemption (PreemptParameters=
+            # send_user_signal); Slurm requeues then, as on SIGTERM.
+            self._log("warning", time_left=left)
+            _say(f"{self.o.signal} with {left} s left: not the time limit (preemption?); "
+                 "asking for a checkpoint")
+            self._ask_checkpoint()
+            return None
+        asked = time.time()
+        before = self._latest_step()
+        self._ask_checkpoint()
+        _say(f"time limit in {left if left is not None else '?'} s: asked for a checkpoint")
+        deadline = asked + max(5.0, self.o.grace - 20.0 - STOP_WAIT)
+        # Wait for a checkpoint newer than the request's: the program keeps training while
+        # it answers, so "the last checkpoint covers the last step" would be a race.
+        while time.time() < deadline and self.proc and self.proc.poll() is None:
+            latest = self._latest_step()
+            if latest is not None and (before is None or latest > before):
+                break
+            time.sleep(0.2)
+        answered = time.time()
+        # A program whose last checkpoint is its final step is about to exit by itself:
+        # while it trains no further, give it a moment, so a finished run is not requeued.
+        saved = self._latest_step()
+        until = answered + FINISH_WAIT
+        while self.proc and self.proc.poll() is None and time.time() < until:
+            reached = self._reached()
+            if reached is not None and saved is not None and reached > saved:
+                break  # still training: stop it now
+            time.sleep(0.1)
+        if self.proc and self.proc.poll() is not None:
+            return self._exited(self.proc.returncode)  # it finished (or failed) on its own
+        self._stop_child()
+        step, reached = self._latest_step(), self._reached()
+        waited = answered - asked
+        return self._continue_or_stop("timeout", f"checkpoint at step {step} after {waited:.1f}"
+                                      f" s (step {reached} reached)", step_reached=reached,
+                                      checkpoint_step=step, seconds_to_checkpoint=waited)
+
+    def _terminated(self, name: str) -> int:
+        """Slurm ends the job: preemption, node failure, scancel or the hard time limit."""
+        try:
+            record = slurmcmd.job(self.job.job_id, env=self.job.env)
+        except SlurmCommandError:
+            record = {}
+        restarts = record.get("Restarts", "")
+        requeued = restarts.isdigit() and int(restarts) > self.job.slurm_restarts
+        bad = self._bad_nodes(self.job.nodes)
+        reason = "node_fail" if bad else "preempt" if requeued else "cancelled"
+        self._ask_checkpoint()
+        self._log("end", reason=reason, signal=name, nodes=bad, job_state=record.get(
+            "JobState", ""), step_reached=self._reached(), checkpoint_step=self._latest_step(),
+            action="requeued by slurm" if requeued else "none")
+        what = {"node_fail": f"node failure ({', '.join(bad)})", "preempt": "preempted",
+                "cancelled": "cancelled or out of time"}[reason]
+        then = "Slurm requeues the job" if requeued else "the job ends"
+        _say(f"{name}: {what}; last checkpoint step {self._latest_step()}; {then}")
+        self._stop_child(grace=STOP_WAIT)
+        return 143
+
+    def _exited(self, rc: int) -> int:
+        reached = self._reached()
+        if rc == 0:
+            self._log("end", reason="finished", step_reached=reached,
+                      checkpoint_step=self._latest_step(), action="none")
+            _say(f"finished (step {reached})")
+            return 0
+        bad = self._bad_nodes(self.job.nodes)
+        if bad:
+            # A node went silent; Slurm marks it DOWN within SlurmdTimeout and requeues
+            # the job without it (SIGTERM lands in _terminated).
+            _say(f"launch exited {rc} while {', '.join(bad)} is not answering; waiting for "
+                 "Slurm to requeue the job without it")
+            deadline = time.time() + SLURM_NOTICE_WAIT
+            while time.time() < deadline:
+                if self.flags:
+                    return self._terminated(self.flags.pop(0))
+                time.sleep(0.5)
+        if self.o.launcher == "torchrun":
+            return self._final("worker_fail", f"torchrun exited {rc} after restarting its "
+                               f"workers up to {self.o.max_restarts} times (--max-restarts)",
+                               rc=rc, exit_code=rc)
+        return self._continue_or_stop("worker_fail", f"launch exited {rc}", exit_code=rc,
+                                      step_reached=reached, checkpoint_step=self._latest_step())
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _continue_or_stop(self, reason: str, detail: str, exit_code: int | None = None,
+                          **fields: object) -> int:
+        if reason not in self.o.events:
+            return self._final(reason, f"{detail}; '{reason}' is not in launcher.resume.events",
+                               rc=exit_code or 1, **fields)
+        if self.job.restarts >= self.o.max_restarts:
+            return self._final(reason, f"{detail}; max_restarts = {self.o.max_restarts} used "
+                               "up", rc=exit_code or 1, **fields)
+        if self.o.mode == "chain":  # the successor's id goes into the record
+            action, successor = self._resubmit()
+            self._log("end", reason=reason, action=action, exit_code=exit_code,
+                      successor=successor, **fields)
+            _say(f"{reason}: {detail}; {action} (restart {self.job.restarts + 1} of "
+                 f"{self.o.max_restarts})")
+            return 0
+        # A requeue makes Slurm kill this batch shell at once: the record and the message
+        # go first, or a loaded node loses them (the next start then knows no reason).
+        action = f"requeued {self.job.target}"
+        self._log("end", reason=reason, action=action, exit_code=exit_code, successor=None,
+                  **fields)
+        _say(f"{reason}: {detail}; {action} (restart {self.job.restarts + 1} of "
+             f"{self.o.max_restarts})")
+        try:
+            self._resubmit()
+        except SlurmCommandError as error:
+            return self._final(reason, f"{detail}; the requeue failed: {error}",
+                               rc=exit_code or 1, **fields)
+        return 0
+
+    def _resubmit(self) -> tuple[str, str | None]:
+        """Requeue this job, or submit its successor; (what was done, successor id)."""
+        if self.o.mode == "chain":
+            if not self.o.script:
+                raise SlurmCommandError("chain mode needs the job script (--script)")
+            successor = slurmcmd.sbatch_file(self.o.script, [
+                f"--dependency=afterany:{self.job.job_id}",
+                f"--export=ALL,SLURMFABRIC_CHAIN_COUNT={self.job.chain + 1},"
+                f"SLURMFABRIC_RUN_ID={self.job.run}"], env=self.job.env)
+            return f"submitted successor {successor.job_id}", successor.job_id
+        slurmcmd.requeue(self.job.target, env=self.job.env)
+        return f"requeued {self.job.target}", None
+
+    def _final(self, reason: str, detail: str, rc: int = 1, **fields: object) -> int:
+        self._log("end", reason=reason, action="stopped", final=True, **fields)
+        _say(f"stopped: {reason}: {detail}")
+        return rc
+
+    def _ask_checkpoint(self) -> None:
+        os.makedirs(os.path.dirname(self.request), exist_ok=True)
+        with open(self.request, "w") as handle:
+            handle.write(f"{time.time()}\n")
+
+    def _stop_child(self, grace: float = STOP_WAIT) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)  # srun forwards it to every task (srun(1))
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def supervise(command: list[str], options: Options, env: dict[str, str] | None = None) -> int:
+    """Run ``command`` under the resume rules; the batch shell's exit code."""
+    job = Job.from_env(dict(os.environ if env is None else env))
+    if not job.job_id:
+        print("slurmfabric: error: resume supervise runs in a Slurm batch job "
+              "(SLURM_JOB_ID is not set)", file=sys.stderr)
+        return 2
+    return Supervisor(command, options, job).run()

@@ -1,0 +1,1 @@
+"""The Slurm layer: every Slurm command's argv and parser, hostlists."""

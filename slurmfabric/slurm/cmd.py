@@ -1,0 +1,319 @@
+"""The one module that builds Slurm command lines and parses their output.
+
+Everything that talks to sbatch, scontrol, sinfo or squeue goes through here, so that the
+rest of slurmfabric sees Python values and a failed command always surfaces Slurm's own
+error text verbatim (users search for that text). Parsers are pure functions over the
+recorded output so they are tested without a cluster. Standard library only: the prolog
+path drains nodes through ``update_node``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+
+from slurmfabric.errors import SlurmCommandError, SubmitError
+
+
+@dataclass(frozen=True)
+class JobId:
+    """What ``sbatch --parsable`` printed: ``123``, ``123;cluster``, ``123_4``, ``123+0``."""
+
+    job_id: str
+    cluster: str | None = None
+
+    def __str__(self) -> str:
+        return self.job_id
+
+
+_JOBID = re.compile(r"^\d+(?:_\d+|_\[[\d,\-%]+\]|\+\d+)?$")
+
+
+def parse_parsable_jobid(text: str) -> JobId:
+    """Parse ``sbatch --parsable`` output; its last non-empty line carries the id.
+
+    sbatch may print warnings before it (for example about ignored options), so only the
+    last line counts. The cluster follows a semicolon on federated/multi-cluster setups.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise SubmitError("sbatch printed no job id", hint="run sbatch by hand to see why")
+    job, _, cluster = lines[-1].partition(";")
+    if not _JOBID.match(job):
+        raise SubmitError(f"could not read a job id from sbatch output: {text.strip()!r}")
+    return JobId(job, cluster or None)
+
+
+def _execute(
+    cmd: list[str],
+    timeout: float,
+    input: str | None,
+    env: dict[str, str] | None,
+    cwd: str | os.PathLike[str] | None,
+    error: type[SlurmCommandError],
+) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm command; a missing binary, a timeout or a non-zero exit raise ``error``
+    quoting the command's own text verbatim."""
+    try:
+        proc = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, timeout=timeout,
+            env=env, cwd=cwd, check=False,
+        )
+    except FileNotFoundError as exc:
+        raise error(
+            f"{cmd[0]}: command not found",
+            hint="install Slurm's client commands or put them on PATH",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise error(f"{' '.join(cmd[:3])} did not return within {timeout:g} s") from exc
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
+        raise error(f"{cmd[0]} failed: {detail}")
+    return proc
+
+
+def run(
+    cmd: list[str],
+    timeout: float = 30,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    error: type[SlurmCommandError] = SlurmCommandError,
+) -> str:
+    """Run a Slurm command and return its stdout; raise ``error`` quoting stderr verbatim."""
+    return _execute(cmd, timeout, input, env, cwd, error).stdout
+
+
+def sbatch_command(args: list[str] | None = None) -> list[str]:
+    """The exact sbatch command line used to submit a script read from stdin."""
+    return ["sbatch", "--parsable", *(args or [])]
+
+
+def sbatch(
+    script_text: str,
+    args: list[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> JobId:
+    """Submit a script text through ``sbatch --parsable`` (script on stdin) and parse the id."""
+    out = run(
+        sbatch_command(args),
+        timeout=timeout,
+        input=script_text,
+        env=env,
+        cwd=workdir,
+        error=SubmitError,
+    )
+    return parse_parsable_jobid(out)
+
+
+def sbatch_test_only_command(args: list[str] | None = None) -> list[str]:
+    """``sbatch --test-only``: Slurm validates the script and estimates a start, no job."""
+    return ["sbatch", "--test-only", *(args or [])]
+
+
+def sbatch_test_only(
+    script_text: str,
+    args: list[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> str:
+    """Slurm's verdict on a script (``sbatch: Job N to start at ...``), which sbatch prints
+    on stderr even on success; a refusal raises SubmitError quoting sbatch verbatim."""
+    proc = _execute(sbatch_test_only_command(args), timeout, script_text, env, workdir,
+                    SubmitError)
+    return (proc.stderr + proc.stdout).strip()
+
+
+
+def parse_show_oneliner(line: str) -> dict[str, str]:
+    """Parse one ``scontrol show -o`` record into a dict.
+
+    Values may contain spaces (``Reason=slurmfabric: ib: mlx5_0 port 1 at 200 Gb/s
+    [root@2024-01-01T00:00:00]``), so a value runs until the next `` Key=`` token whose key
+    looks like a Slurm field name (starts with a capital letter).
+    """
+    fields: dict[str, str] = {}
+    starts = [m for m in re.finditer(r"(?:^|\s)([A-Z][A-Za-z0-9_:/.]*)=", line)]
+    for i, match in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
+        fields[match.group(1)] = line[match.end() : end].strip()
+    return fields
+
+
+def show(
+    kind: str, name: str | None = None, env: dict[str, str] | None = None
+) -> list[dict[str, str]]:
+    """``scontrol show -o <kind> [name]`` as a list of key/value records."""
+    cmd = ["scontrol", "show", "-o", kind]
+    if name:
+        cmd.append(name)
+    out = run(cmd, env=env)
+    return [parse_show_oneliner(line) for line in out.splitlines() if "=" in line]
+
+
+def node(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """One node's record (``NodeName``, ``NodeAddr``, ``State``, ``Reason`` ...)."""
+    records = show("node", name, env=env)
+    if not records:
+        raise SlurmCommandError(f"scontrol knows no node {name!r}")
+    return records[0]
+
+
+def job(job_id: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """One job's record (``JobState``, ``NodeList``, ``StdOut`` ...)."""
+    records = show("job", job_id, env=env)
+    if not records:
+        raise SlurmCommandError(f"scontrol knows no job {job_id!r}")
+    return records[0]
+
+
+def update_node(name: str, env: dict[str, str] | None = None, **fields: str) -> None:
+    """``scontrol update NodeName=<name> Key=Value ...``; each value is one argv item.
+
+    No shell is involved, so a reason with spaces or quotes stays data.
+    """
+    run(["scontrol", "update", f"NodeName={name}", *(f"{k}={v}" for k, v in fields.items())],
+        env=env)
+
+
+def requeue(target: str, env: dict[str, str] | None = None) -> None:
+    """``scontrol requeue <job>``: the job ends now and is pending again under the same id
+    (an array task is ``<array id>_<task id>``, or the whole array would restart)."""
+    run(["scontrol", "requeue", target], env=env)
+
+
+def sbatch_file(path: str, args: list[str], env: dict[str, str] | None = None) -> JobId:
+    """``sbatch --parsable ARGS PATH``: submit a script that is a file (a chained successor)."""
+    return parse_parsable_jobid(run(["sbatch", "--parsable", *args, path], env=env,
+                                    error=SubmitError))
+
+
+def parse_time_left(text: str) -> int | None:
+    """squeue's ``%L``: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``, ``UNLIMITED`` -> seconds."""
+    text = text.strip()
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    if not all(part.isdigit() for part in parts) or len(parts) > 3 or (days and not
+                                                                        days.isdigit()):
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return seconds + int(days or 0) * 86400
+
+
+def time_left(job_id: str, env: dict[str, str] | None = None) -> int | None:
+    """Seconds before the job's time limit, as slurmctld counts them; None if unlimited."""
+    return parse_time_left(run(["squeue", "-h", "-j", job_id, "-o", "%L"], env=env))
+
+
+def node_states(nodelist: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``{node: state}`` for the nodes of a hostlist (sinfo expands it)."""
+    return parse_node_states(run([*SINFO_NODE_STATES, "-n", nodelist], env=env))
+
+
+# One "<node> <state>" line per node: ``sfn1 idle``, ``sfn4 drained``, ``sft3 idle*``.
+SINFO_NODE_STATES = ["sinfo", "-h", "-N", "-o", "%N %T"]
+
+
+def parse_node_states(text: str) -> dict[str, str]:
+    """Output of ``SINFO_NODE_STATES`` -> ``{node: state}`` (same on 22.05 and 24.11).
+
+    A node in several partitions appears once per partition with the same state.
+    """
+    states: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+        elif parts:
+            raise SlurmCommandError(f"unexpected sinfo line {line!r}",
+                                    hint="expected '<node> <state>' from sinfo -o '%N %T'")
+    return states
+
+
+def node_reason(record: dict[str, str]) -> str:
+    """A node record's Reason as Slurm means it: '' for ``(null)``/``none`` (no reason);
+    Slurm's ``[user@time]`` stamp is kept (health/drain.current_reason strips it)."""
+    reason = record.get("Reason", "").strip()
+    return "" if reason in ("(null)", "none", "None") else reason
+
+
+def node_state_flags(state: str) -> set[str]:
+    """``IDLE+DRAIN`` -> ``{"IDLE", "DRAIN"}``; a trailing ``*`` (not responding) is kept as
+    ``NOT_RESPONDING`` so callers need not know Slurm's suffix characters."""
+    flags = set()
+    for part in state.split("+"):
+        if part.endswith("*"):
+            flags.add("NOT_RESPONDING")
+            part = part[:-1]
+        if part:
+            flags.add(part.upper())
+    return flags
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``slurm 22.05.8`` / ``slurm-wlm 24.11.5`` (Debian's builds) -> ``(24, 11, 5)``.
+
+    Every Slurm program's ``--version``/``-V`` prints this one line.
+    """
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    if not match:
+        raise SlurmCommandError(f"cannot read a Slurm version from {text.strip()!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def slurm_version(env: dict[str, str] | None = None) -> tuple[int, int, int]:
+    """The installed client's version from ``scontrol --version``.
+
+    Like every client, scontrol needs a slurm.conf (or DNS SRV records) even for this.
+    """
+    return parse_version(run(["scontrol", "--version"], env=env))
+
+
+# Job states after which nothing more happens (squeue(1) "JOB STATE CODES").
+FINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT",
+})
+
+
+def wait_job(
+    job_id: str, timeout: float = 600, poll: float = 0.5, env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Poll ``scontrol show job`` until the job ends; return its final record.
+
+    Needs the job to stay in slurmctld's memory until it is read (MinJobAge, 300 s by
+    default), which polling every ``poll`` seconds guarantees.
+    """
+    deadline = time.monotonic() + timeout
+    record: dict[str, str] = {}
+    while True:
+        record = job(job_id, env=env)
+        if record.get("JobState", "").split()[0] in FINAL_STATES:
+            return record
+        if time.monotonic() > deadline:
+            raise SlurmCommandError(
+                f"job {job_id} still {record.get('JobState', 'UNKNOWN')} after {timeout:g} s",
+                hint=f"scontrol show job {job_id}",
+            )
+        time.sleep(poll)
+
+
+def read_output_file(path: str | os.PathLike[str]) -> str:
+    """A job's output file, or '' while it does not exist yet. Read through inputfile: a
+    regular file after following links (the path comes from Slurm or a record, and a link to
+    /dev/zero must not fill memory), at most LOG_MAX_BYTES."""
+    from slurmfabric._common.inputfile import LOG_MAX_BYTES, read_text
+
+    try:
+        os.stat(path)
+    except OSError:
+        return ""
+    return read_text(str(path), "job output", LOG_MAX_BYTES, lenient=True)

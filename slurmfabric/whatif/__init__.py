@@ -1,0 +1,1 @@
+"""The what-if model of a training step on a fabric."""
