@@ -27,6 +27,17 @@ def _colour(fraction: float | None) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
+def _open_svg(width: int, height: int, title: str) -> list[str]:
+    """The document head both plots share: a white page and the title."""
+    return [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{MARGIN}" y="24" font-size="16" font-weight="bold">{escape(title)}</text>',
+    ]
+
+
 def render_svg(nodes: list[str], m: list[list[float | None]], reference: float | None,
                title: str, notes: list[str], failed: set[frozenset] | None = None) -> str:
     failed = failed or set()
@@ -35,13 +46,7 @@ def render_svg(nodes: list[str], m: list[list[float | None]], reference: float |
     width = max(label_w + n * CELL + 2 * MARGIN, 520)
     height = 40 + label_w + n * CELL + 24 + 18 * (len(notes) + 1) + MARGIN
     top = 40 + label_w
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{MARGIN}" y="24" font-size="16" font-weight="bold">{escape(title)}</text>',
-    ]
+    parts = _open_svg(width, height, title)
     for j, name in enumerate(nodes):
         x = MARGIN + label_w + j * CELL + CELL // 2
         parts.append(f'<text x="{x}" y="{top - 8}" font-size="13" text-anchor="start" '
@@ -101,13 +106,7 @@ def render_bars(nodes: list[str], medians: dict[str, float | None], reference: f
     height = top + len(order) * BAR_H + 30 + 18 * len(notes) + MARGIN
     width = MARGIN * 2 + label_w + plot_w + 70
     top_value = max([v for v in medians.values() if v is not None] + [reference or 0.0, 1e-9])
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{MARGIN}" y="24" font-size="16" font-weight="bold">{escape(title)}</text>',
-    ]
+    parts = _open_svg(width, height, title)
     for i, node in enumerate(order):
         y = top + i * BAR_H
         value = medians.get(node)
