@@ -1,6 +1,6 @@
 """What text may hold, by field kind; one place for every value that reaches a shell or argv.
 
-Two kinds (README "Every value is data"):
+Two kinds (docs/launch.md, "Every value is data"):
 
 * ``free``: program arguments, srun/mpirun argument lists, ``program.env`` values. Any
   Unicode text except NUL (no argv or environment entry can carry it: bash drops it, execve

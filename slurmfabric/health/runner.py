@@ -213,7 +213,7 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
         counters = True
     apps = any(s.name == "gpu.processes" for s in specs)
     budget = float(cfg.runner["budget_s"])
-    if "dcgm" in needed:  # PrologEpilogTimeout must cover it too (README, DCGM levels)
+    if "dcgm" in needed:  # PrologEpilogTimeout must cover it too (docs/health.md, DCGM)
         budget = max(budget, dcgm.timeout_for(cfg.expect, level) + 5.0)
     facts = gather(_collectors(cfg, ctx, needed, apps, counters, switches, level), budget,
                    float(cfg.runner["probe_timeout_s"]))

@@ -54,11 +54,11 @@ class Policy:
 def load(path: str) -> Policy:
     from slurmfabric._common.tomlfile import read_toml_file
 
-    data = read_toml_file(path, hint="see the README, 'Site-wide: TaskProlog and cli_filter'")
+    data = read_toml_file(path, hint="see docs/site.md, 'cli_filter'")
     table = data.get("cli_filter")
     if not isinstance(table, dict):
         raise ConfigError([f"{path}: no [cli_filter] table"],
-                          hint="add [cli_filter] with the policy (README, Site-wide)")
+                          hint="add [cli_filter] with the policy (docs/site.md)")
     return parse(table, path)
 
 

@@ -4,7 +4,7 @@ what every rank reports: its rank, the all-reduce, and the node plan it was give
 Every launcher runs for real, 2 nodes x 2 ranks: torchrun (gloo on CPU), srun-launched
 ranks, mpirun, srun --mpi=pmix and nccl-tests (the last three run a small MPI C program
 built here; srun-pmix works because the testbed gives every virtual node its own TmpFS,
-README, 'The local Slurm testbed'). Each job points SLURMFABRIC_SYSFS_ROOT at a fixture tree
+docs/testbed.md). Each job points SLURMFABRIC_SYSFS_ROOT at a fixture tree
 sized to this machine (tests/fixtures/topology/nodes.py testbed_node: two NUMA nodes over
 the CPUs that exist here, one GPU and one rail NIC on each), and every rank reports from
 inside itself the CPUs it runs on (sched_getaffinity), its memory node, its NIC and its NCCL
@@ -277,7 +277,7 @@ def test_bad_config_exits_2_with_one_line_per_problem(cluster: Cluster, tmp_path
 
 
 def test_readme_submit_commands_run_as_written(cluster: Cluster, tmp_path: Path) -> None:
-    """README 'Launch': ``submit -c job.toml --test-only`` gets Slurm's verdict and starts no
+    """docs/launch.md: ``submit -c job.toml --test-only`` gets Slurm's verdict and starts no
     job; ``submit -c examples/smoke-cpu.toml --wait`` prints the job id, then the job's line
     and its output, and exits 0 (the README's main job, as the demo runs it)."""
     (tmp_path / "examples").symlink_to(REPO / "examples")

@@ -131,8 +131,9 @@ def test_injected_faults_are_exactly_the_findings(
     lines = table.stdout.strip().splitlines()
     assert lines[0].split()[:4] == ["SEVERITY", "NODE", "CHECK", "WHERE"]
     assert [line.split()[1] for line in lines[1:]] == ["sfn03", "sfn02", "sfn05"]
-    # The README shows this very table ("From the simulated fat tree in the tests").
-    assert lines == readme_examples.block_after("From the simulated fat tree in the tests")
+    # docs/ib.md shows this very table ("From the simulated fat tree in the tests").
+    assert lines == readme_examples.block_after("From the simulated fat tree in the tests",
+                                                page="docs/ib.md")
 
 
 def test_links_for_one_node_and_local_ibstat(healthy: ib_sim.SimFabric) -> None:

@@ -1,14 +1,17 @@
-"""Every README example is exercised: the ones that need no cluster run here, as written, in
-bash, and what they print is compared with what the README shows; the ones that need the
-Slurm testbed, ibsim or root name the test that runs them, and that test must exist.
+"""Every example in README.md and docs/*.md is exercised: the commands that need no cluster
+run here, as written, in bash, and what they print is compared with what the page shows; the
+ones that need the Slurm testbed, ibsim or root name the test that runs them, and that test
+must exist. Python and TOML blocks name the test that runs or loads them (``BLOCKS``).
 
-A new README command with neither fails ``test_every_readme_example_has_a_test``.
+A new command with neither fails ``test_every_example_of_a_page_has_a_test``; a new python,
+toml or shell block that nothing covers fails ``test_every_block_of_a_page_is_covered``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +33,7 @@ VENV_BIN = Path(sys.executable).parent
 GOLDEN = ROOT / "tests" / "golden"
 NCCL = ROOT / "tests" / "fixtures" / "nccl"
 
-# README commands another suite runs for real, with the test that does.
+# Commands of the pages another suite runs for real, with the test that does.
 ELSEWHERE: dict[str, str] = {
     "slurmfabric testbed up":
         "tests/cluster/test_testbed.py::test_second_up_reports_running_cluster",
@@ -128,9 +131,37 @@ ELSEWHERE: dict[str, str] = {
 }
 
 
+# Python and TOML blocks of the pages, by a string only that block of its page holds, with
+# the test that runs or loads it as written.
+BLOCKS: dict[tuple[str, str], str] = {
+    ("README.md", "bash scripts/test.sh"):
+        "tests/unit/test_readme.py::test_the_setup_commands_are_what_ci_runs",
+    ("docs/site.md", "[cli_filter]"):
+        "tests/unit/test_site.py::test_the_readme_policy_is_a_valid_site_config",
+    ("docs/restart.md", "[launcher.resume]"):
+        "tests/unit/test_readme.py::test_the_resume_table_is_a_valid_job_config",
+    ("docs/restart.md", "ckpt = slurmfabric.Checkpoints()"):
+        "tests/unit/test_readme.py::test_the_checkpoint_loop_runs_as_written",
+    ("docs/jobs.md", "slurmfabric.submit_job(config)"):
+        "tests/unit/test_readme.py::test_the_job_block_runs_as_written",
+    ("docs/health.md", "budget_s = 20"):
+        "tests/unit/test_readme.py::test_the_health_configs_are_valid",
+    ("docs/health.md", "dcgm_levels ="):
+        "tests/unit/test_readme.py::test_the_health_configs_are_valid",
+    ("docs/health.md", "versions_dir ="):
+        "tests/unit/test_readme.py::test_the_health_configs_are_valid",
+    ("docs/roce.md", "roce_profile ="):
+        "tests/unit/test_roce.py::test_the_readme_profile_is_a_valid_health_config",
+    ("docs/python-api.md", "slurmfabric.make_plan("):
+        "tests/unit/test_readme.py::test_readme_python_api_block_runs_as_written",
+}
+SHELL = ("console", "bash")  # the languages readme_examples reads commands from
+CHECKED = (*SHELL, "sh", "shell", "python", "toml")  # blocks that must be covered
+
+
 @dataclass
 class Case:
-    """How to run one README command here: what to set up, and what it must print."""
+    """How to run one command of a page here: what to set up, and what it must print."""
 
     check: Callable[[subprocess.CompletedProcess[str], Path], None] | None = None
     setup: Callable[[Path], None] | None = None
@@ -328,7 +359,7 @@ CASES: dict[str, Case] = {
     "slurmfabric pairs report /shared/sweep1": Case(setup=_sweep, rc=1),
 }
 
-# Absolute paths in README commands, and where each lands in the test's work directory.
+# Absolute paths in the pages' commands, and where each lands in the test's work directory.
 PATHS = {"/tmp/h100": "h100", "/etc/slurm/hooks": "etc-slurm-hooks", "/shared/": "shared/",
          "/opt/slurmfabric/": "opt-slurmfabric/"}
 
@@ -347,17 +378,58 @@ def _env(work: Path, **extra: str) -> dict[str, str]:
             "SLURMFABRIC_SITE_DEFAULTS": "", "SLURMFABRIC_PORT_DIR": str(work / "ports"), **extra}
 
 
-def _shown() -> dict[str, readme_examples.Example]:
-    return {example.command: example for example in readme_examples.examples()}
+PAGES = readme_examples.pages()
 
 
-def test_every_readme_example_has_a_test() -> None:
-    shown = _shown()
-    missing = sorted(set(shown) - set(CASES) - set(ELSEWHERE))
-    stale = sorted((set(CASES) | set(ELSEWHERE)) - set(shown))
-    assert not missing, f"README commands with no test: {missing}"
-    assert not stale, f"tests for commands the README no longer shows: {stale}"
+def _shown() -> dict[tuple[str, str], readme_examples.Example]:
+    """Every page's commands, by (page, command)."""
+    return {(example.page, example.command): example
+            for example in readme_examples.all_examples()}
+
+
+def test_the_pages_are_found() -> None:
+    assert PAGES[0] == "README.md" and "docs/launch.md" in PAGES and len(PAGES) > 10
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_example_of_a_page_has_a_test(page: str) -> None:
+    shown = {command for where, command in _shown() if where == page}
+    missing = sorted(shown - set(CASES) - set(ELSEWHERE))
+    assert not missing, f"{page}: commands with no test: {missing}"
+
+
+def test_every_test_names_a_command_a_page_shows() -> None:
+    shown = {command for _page, command in _shown()}
+    stale = sorted((set(CASES) | set(ELSEWHERE)) - shown)
+    assert not stale, f"tests for commands no page shows any more: {stale}"
     assert not set(CASES) & set(ELSEWHERE)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_of_a_page_is_covered(page: str) -> None:
+    """A console or bash block is covered by its commands (each one a CASES or ELSEWHERE
+    entry, see above); a python or toml block by a BLOCKS entry; sh and shell blocks must be
+    written as console or bash, whose commands are read."""
+    text = (ROOT / page).read_text()
+    commands = {example.line for example in readme_examples.examples(page=page)}
+    problems = []
+    for start, lang, lines in readme_examples.blocks(text):
+        body = "\n".join(lines)
+        named = [key for key in BLOCKS if key[0] == page and key[1] in body]
+        if lang in ("sh", "shell"):
+            problems.append(f"line {start}: a {lang} block (write console or bash)")
+        elif lang in SHELL and not named and not commands & set(range(start, start + len(lines))):
+            problems.append(f"line {start}: a {lang} block with no slurmfabric command")
+        elif lang in ("python", "toml") and not named:
+            problems.append(f"line {start}: a {lang} block that no BLOCKS entry names")
+    assert not problems, f"{page}: blocks no test covers: {problems}"
+
+
+def test_every_block_entry_names_one_block_of_its_page() -> None:
+    for (page, needle), test in BLOCKS.items():
+        assert readme_examples.block_with(needle, page), (page, needle)
+        path, name = test.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), test
 
 
 @pytest.mark.parametrize("command", sorted(set(ELSEWHERE.values())))
@@ -366,10 +438,51 @@ def test_the_tests_named_for_cluster_examples_exist(command: str) -> None:
     assert f"def {name}(" in (ROOT / path).read_text(), command
 
 
-@pytest.mark.parametrize("command", list(CASES))
-def test_readme_example_runs_and_prints_what_the_readme_shows(command: str,
-                                                              tmp_path: Path) -> None:
-    case, example = CASES[command], _shown()[command]
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_relative_link_of_a_page_resolves(page: str) -> None:
+    text = (ROOT / page).read_text()
+    fenced = {n for start, _lang, lines in readme_examples.blocks(text)
+              for n in range(start, start + len(lines))}
+    broken = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if number in fenced:
+            continue
+        for target in _LINK.findall(line):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue  # a URL or an anchor of the same page
+            if not ((ROOT / page).parent / target.split("#")[0]).exists():
+                broken.append(f"line {number}: {target}")
+    assert not broken, f"{page}: links to no file: {broken}"
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 300, "README.md: move the detail to a docs/ page"
+    linked = set(_LINK.findall(text))
+    assert {f"docs/{page.removeprefix('docs/')}" for page in PAGES[1:]} <= linked, \
+        "every docs page is linked from README.md"
+
+
+def test_the_setup_commands_are_what_ci_runs() -> None:
+    """The set-up section shows exactly the demo and the test command; CI runs the latter."""
+    block = readme_examples.block_after("## Set up on a fresh Debian machine")
+    commands = [re.sub(r"\s{2,}#.*$", "", line) for line in block]
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    assert "\nbash scripts/test.sh\n" in (ROOT / ".ci" / "run").read_text()
+    assert all((ROOT / command.split()[1]).is_file() for command in commands)
+
+
+def _case_ids() -> list[tuple[str, str]]:
+    return [key for key in _shown() if key[1] in CASES]
+
+
+@pytest.mark.parametrize(("page", "command"), _case_ids())
+def test_example_runs_and_prints_what_the_page_shows(page: str, command: str,
+                                                     tmp_path: Path) -> None:
+    case, example = CASES[command], _shown()[(page, command)]
     work = tmp_path / "work"
     work.mkdir()
     shutil.copytree(ROOT / "examples", work / "examples")
@@ -386,7 +499,7 @@ def test_readme_example_runs_and_prints_what_the_readme_shows(command: str,
     if example.output:
         printed = (proc.stdout + proc.stderr).replace(str(work / "h100"), "/tmp/h100")
         problem = readme_examples.mismatch(example.output, printed.splitlines())
-        assert problem is None, f"README line {example.line}: {problem}"
+        assert problem is None, f"{page} line {example.line}: {problem}"
     if case.check:
         case.check(proc, work)
 
@@ -395,7 +508,7 @@ def test_readme_python_api_block_runs_as_written(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The 'Python API' block, executed: job.toml is smoke-cpu.toml, discovery reads the H100
     fixture, a recording sbatch on PATH answers ``4242;clu``, and the task is srun rank 9."""
-    code = "\n".join(readme_examples.block_after("## Python API"))
+    code = "\n".join(readme_examples.block_after("# Python API", page="docs/python-api.md"))
     work = tmp_path / "work"
     work.mkdir()
     _job_toml(work)
@@ -413,7 +526,7 @@ def test_readme_python_api_block_runs_as_written(tmp_path: Path,
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(work)
     namespace: dict[str, object] = {}
-    exec(compile(code, "README.md (Python API)", "exec"), namespace)  # noqa: S102
+    exec(compile(code, "docs/python-api.md", "exec"), namespace)  # noqa: S102
 
     assert namespace["script"].startswith("#!/bin/bash\n")
     assert "#SBATCH --nodes=4\n" in namespace["script"]
@@ -449,3 +562,94 @@ def test_examples_join_continuations_and_drop_prose_comments() -> None:
     found = readme_examples.examples(text)
     assert [(e.line, e.command, e.output) for e in found] == [
         (2, "slurmfabric a --b 'c  d'", ["out 1"]), (8, "srun slurmfabric x", [])]
+
+
+def test_the_health_configs_are_valid(tmp_path: Path) -> None:
+    """docs/health.md's health.toml, DCGM and version blocks, each loaded as the site config
+    of a node they match."""
+    from slurmfabric.health import siteconfig
+
+    loaded = {}
+    for needle in ("budget_s = 20", "dcgm_levels =", "versions_dir ="):
+        path = tmp_path / "health.toml"
+        path.write_text(readme_examples.block_with(needle, "docs/health.md", "toml"))
+        loaded[needle] = siteconfig.load("gpu007", str(path))
+    base = loaded["budget_s = 20"]
+    assert base.runner["budget_s"] == 20 and base.expect["rdma_ports"] == 8
+    assert base.expect["disks"] == {"/tmp": 20} and base.policy("gpu.temperature").severity \
+        == "warn"
+    assert loaded["dcgm_levels ="].expect["dcgm_levels"]["burnin"] == 3
+    versions = loaded["versions_dir ="].expect
+    assert versions["versions"]["hca_fw"] == ["28.39.1002", "22.39.1002"]
+    assert versions["versions_dir"] == "/shared/slurmfabric/versions"
+
+
+def test_the_resume_table_is_a_valid_job_config(tmp_path: Path) -> None:
+    """docs/restart.md's [launcher.resume], added to the smoke job, loads and renders."""
+    block = readme_examples.block_with("[launcher.resume]", "docs/restart.md", "toml")
+    job = tmp_path / "job.toml"
+    job.write_text((ROOT / "examples" / "smoke-cpu.toml").read_text() + "\n" + block)
+    config = slurmfabric.load_config(str(job))
+    resume = config.launcher.resume
+    assert (resume.max_restarts, resume.signal, resume.mode, resume.keep) == (
+        3, "USR2", "requeue", 2)
+    assert "#SBATCH --signal=B:USR2@120\n" in slurmfabric.render_sbatch(config)
+
+
+class _Torch:
+    @staticmethod
+    def save(state: object, path: str) -> None:
+        Path(path).write_text(json.dumps(state))
+
+
+def test_the_checkpoint_loop_runs_as_written(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/restart.md's Checkpoints block, executed in a fresh checkpoint directory: it
+    starts at step 0 and saves it (step % 100 == 0)."""
+    code = readme_examples.block_with("ckpt = slurmfabric.Checkpoints()", "docs/restart.md",
+                                      "python")
+    monkeypatch.setenv("SLURMFABRIC_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    for name in ("SLURMFABRIC_SAVE_REQUEST", "SLURMFABRIC_CHECKPOINT_KEEP"):
+        monkeypatch.delenv(name, raising=False)
+    namespace: dict[str, object] = {"torch": _Torch, "state": {"w": 1}}
+    exec(compile(code, "docs/restart.md", "exec"), namespace)  # noqa: S102
+    saved = tmp_path / "ckpt" / "step-000000000" / "model.pt"
+    assert json.loads(saved.read_text()) == {"w": 1}
+    assert namespace["ckpt"].latest() == (0, str(saved.parent))
+
+
+def test_the_job_block_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/jobs.md's Python block against recording sbatch/scontrol/scancel: the smoke job
+    with one file per rank, which Slurm reports FAILED with rank 3 exit 7."""
+    code = readme_examples.block_with("slurmfabric.submit_job(config)", "docs/jobs.md", "python")
+    work, bin_dir = tmp_path / "work", tmp_path / "bin"
+    work.mkdir()
+    bin_dir.mkdir()
+    (work / "out").write_text("srun: error: sfn2: task 3: Exited with exit code 7\n")
+    (work / "smoke-cpu-4242-3.out").write_text("rank 3 up on sfn2\nrank 3 gives up\n")
+    show = (f"JobId=4242 JobName=smoke-cpu JobState=FAILED Reason=NonZeroExitCode "
+            f"NodeList=sfn[1-2] ExitCode=7:0 RunTime=00:00:02 StdOut={work}/out")
+    stub = (f'#!/bin/sh\necho "$(basename "$0") $*" >> "{tmp_path}/calls"\n'
+            'case "$(basename "$0") $*" in\n'
+            '  sbatch*) cat > /dev/null; echo 4242 ;;\n'
+            f'  "scontrol show -o job 4242") echo "{show}" ;;\n'
+            "esac\n")
+    for tool in ("sbatch", "scontrol", "scancel"):
+        (bin_dir / tool).write_text(stub)
+        (bin_dir / tool).chmod(0o755)
+    for name in [n for n in os.environ if n.startswith(("SLURM", "TORCHELASTIC", "OMPI_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURMFABRIC_JOBS_DIR", str(tmp_path / "records"))
+    monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
+    monkeypatch.chdir(work)
+    config = slurmfabric.load_config(str(ROOT / "examples" / "smoke-cpu.toml"),
+                                     sets=["launcher.task_output=%x-%j-%t.out"])
+    namespace: dict[str, object] = {"slurmfabric": slurmfabric, "config": config}
+    exec(compile(code, "docs/jobs.md", "exec"), namespace)  # noqa: S102
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0].startswith("sbatch") and "scancel 4242" in calls
+    submitted = slurmfabric.Job("4242")
+    assert submitted.logs(rank=3, tail=50) == "rank 3 up on sfn2\nrank 3 gives up\n"
+    assert submitted.summary().to_dict()["first"]["rank"] == 3
+    assert (namespace["job"].job_id, namespace["job"].cluster) == ("1234", "c1")

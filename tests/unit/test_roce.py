@@ -283,7 +283,7 @@ def test_the_readme_profile_is_a_valid_health_config(tmp_path) -> None:
 
     from slurmfabric.health import siteconfig
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "roce.md").read_text()
     (block,) = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "roce_profile" in b]
     path = tmp_path / "health.toml"
     path.write_text(block)

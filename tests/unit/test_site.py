@@ -307,7 +307,7 @@ def test_install_writes_the_hooks_and_prints_the_conf_lines(tmp_path, roots, cap
 def test_the_readme_policy_is_a_valid_site_config(tmp_path) -> None:
     import re
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "site.md").read_text()
     (block,) = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S)
                 if b.startswith("[cli_filter]")]
     parsed = policy(tmp_path, block)
