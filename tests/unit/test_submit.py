@@ -119,7 +119,7 @@ def test_pyslurm_backend_submits_documented_fields(config, mocker) -> None:
     assert kwargs == {
         "script": request.script, "name": "slurmfabric", "nodes": 2, "ntasks_per_node": 8,
         "partitions": "debug", "time_limit": "10", "gres_per_node": "gpu:8",
-        "resource_sharing": "exclusive", "signal": "USR1@120", "is_requeueable": False,
+        "resource_sharing": "exclusive", "signal": "SIGUSR1@120", "is_requeueable": False,
         "working_directory": "/work",
     }
     module.JobSubmitDescription.return_value.submit.assert_called_once_with()
