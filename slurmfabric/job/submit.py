@@ -20,8 +20,8 @@ from slurmfabric.job.render import render_sbatch
 from slurmfabric.slurm import cmd as slurmcmd
 
 BACKENDS = ("sbatch", "pyslurm", "auto")
-PYSLURM_HINT = ("install pyslurm built for this cluster's Slurm "
-                "(pip install 'slurmfabric[pyslurm]'), or use --backend sbatch")
+PYSLURM_HINT = ("install pyslurm built for this cluster's Slurm (its X.Y is Slurm's: "
+                "pip install 'slurmfabric[pyslurm]' pins 25.11.*), or use --backend sbatch")
 
 
 @dataclass(frozen=True)
@@ -78,17 +78,23 @@ def load_pyslurm() -> Any:
 
 
 def check_pyslurm_version(pyslurm: Any, slurm: tuple[int, int, int]) -> None:
-    """pyslurm X.Y.* works only with Slurm X.Y (its version follows Slurm's)."""
+    """pyslurm X.Y.Z works only with Slurm X.Y: its X.Y tracks Slurm's major release and Z
+    is its own patch level (pyslurm README, "Versioning"; pyslurm/version.py, exported as
+    ``pyslurm.__version__``). ``slurm`` is the client's own version (scontrol --version)."""
     version = str(getattr(pyslurm, "__version__", "?"))
     try:
         built_for = tuple(int(part) for part in version.split(".")[:2])
     except ValueError:
         built_for = ()
     if built_for != tuple(slurm[:2]):
+        running = f"{slurm[0]}.{slurm[1]:02d}"
+        matches = f"Slurm {built_for[0]}.{built_for[1]:02d}" if len(built_for) == 2 \
+            else "another Slurm"
         raise SubmitError(
-            f"pyslurm {version} was built for another Slurm than the running "
-            f"{slurm[0]}.{slurm[1]:02d}.{slurm[2]}",
-            hint=PYSLURM_HINT,
+            f"pyslurm {version} matches {matches} only, but this cluster runs Slurm "
+            f"{running}.{slurm[2]} (scontrol --version)",
+            hint=f"install pyslurm {running}.* built against this Slurm "
+                 f"(pip install 'pyslurm=={running}.*'), or use --backend sbatch",
         )
 
 
