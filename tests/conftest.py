@@ -40,7 +40,8 @@ else:
 # The test helpers (fake sysfs builder, fixture node descriptions, health fixtures) import
 # by their module names everywhere: their directories go on sys.path here, once.
 _TESTS = Path(__file__).resolve().parent
-for _helpers in (_TESTS / "fixtures" / "health", _TESTS / "fixtures" / "topology", _TESTS):
+for _helpers in (_TESTS / "fixtures" / "health", _TESTS / "fixtures" / "topology",
+                 _TESTS / "fixtures" / "pyslurm", _TESTS):
     if str(_helpers) not in sys.path:
         sys.path.insert(0, str(_helpers))
 
@@ -83,7 +84,8 @@ def clean_sf_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 _CHECKOUT = _TESTS.parent
 _CODE_DIRS = ("benchmarks", "examples", "tests", "tests/cluster", "tests/fixtures/health",
-              "tests/fixtures/health/nvml", "tests/fixtures/topology", "tests/hostile",
+              "tests/fixtures/health/nvml", "tests/fixtures/topology", "tests/fixtures/pyslurm",
+              "tests/fixtures/pyslurm/fake/pyslurm", "tests/hostile",
               "tests/sim", "tests/unit")
 
 

@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from slurmfabric.errors import UsageError
+from slurmfabric.job.options import shape
 
 TARGETS = ("pytorchjob", "trainjob", "jobset", "mpijob")
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -126,8 +127,15 @@ def _meta(config: Any) -> dict:
     return meta
 
 
+def _per_node(config: Any) -> tuple[int, int]:
+    """Nodes and workers per node, as the sbatch script has them (options.shape): torchrun's
+    nproc_per_node for a CPU job, not one worker per missing GPU."""
+    job_shape = shape(config)
+    return job_shape.nodes, job_shape.workers_per_node
+
+
 def pytorchjob(config: Any) -> dict:
-    nodes, gpus = config.job.nodes, max(config.job.gpus_per_node, 1)
+    nodes, workers = _per_node(config)
     template = _pod(config, _container(config, "pytorch", _worker_command(config,
                                                                          "pytorchjob")))
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure",
@@ -136,14 +144,14 @@ def pytorchjob(config: Any) -> dict:
         replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "OnFailure",
                               "template": template}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _meta(config),
-            "spec": {"nprocPerNode": str(gpus), "pytorchReplicaSpecs": replicas}}
+            "spec": {"nprocPerNode": str(workers), "pytorchReplicaSpecs": replicas}}
 
 
 def trainjob(config: Any) -> dict:
+    nodes, workers = _per_node(config)
     trainer: dict[str, Any] = {"image": _image(config),
                                "command": _worker_command(config, "trainjob"),
-                               "numNodes": config.job.nodes,
-                               "numProcPerNode": max(config.job.gpus_per_node, 1)}
+                               "numNodes": nodes, "numProcPerNode": workers}
     env = _env(config)
     if env:
         trainer["env"] = env
@@ -170,11 +178,11 @@ def trainjob(config: Any) -> dict:
 
 
 def jobset(config: Any) -> dict:
-    name, nodes = _name(config), config.job.nodes
+    name, (nodes, workers) = _name(config), _per_node(config)
     extra = [{"name": "MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
              {"name": "MASTER_PORT", "value": "29500"},
              {"name": "NNODES", "value": str(nodes)},
-             {"name": "NPROC_PER_NODE", "value": str(max(config.job.gpus_per_node, 1))}]
+             {"name": "NPROC_PER_NODE", "value": str(workers)}]
     template = _pod(config, _container(config, "node", _worker_command(config, "jobset")),
                     extra)
     template["spec"]["restartPolicy"] = "Never"
@@ -187,16 +195,16 @@ def jobset(config: Any) -> dict:
 
 
 def mpijob(config: Any) -> dict:
-    nodes, gpus = config.job.nodes, max(config.job.gpus_per_node, 1)
+    nodes, ranks = _per_node(config)
     program = list(config.program.command)
     if not program:
         raise UsageError("program.command is empty", hint="set program.command")
-    launch = ["mpirun", "-np", str(nodes * gpus), "--bind-to", "none",
+    launch = ["mpirun", "-np", str(nodes * ranks), "--bind-to", "none",
               "slurmfabric", "launch", "--mode", "mpi", "--", *program]
     launcher = _pod(config, _container(config, "launcher", launch, gpus=False), gpus=False)
     worker = _pod(config, _container(config, "worker", ["/usr/sbin/sshd", "-De"]))
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": _meta(config),
-            "spec": {"slotsPerWorker": gpus, "runPolicy": {"cleanPodPolicy": "Running"},
+            "spec": {"slotsPerWorker": ranks, "runPolicy": {"cleanPodPolicy": "Running"},
                      "mpiReplicaSpecs": {
                          "Launcher": {"replicas": 1, "template": launcher},
                          "Worker": {"replicas": nodes, "template": worker}}}}

@@ -25,6 +25,7 @@ from slurmfabric import __version__
 from slurmfabric._common.textcheck import shell_word
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import ConfigError
+from slurmfabric.job.options import sbatch_options, shape  # the #SBATCH lines: options.py
 
 CONFIG_MARKER = "# slurmfabric-config: "
 _PACKAGE = Path(__file__).resolve().parents[1]  # slurmfabric/
@@ -181,67 +182,12 @@ def config_digest(config: JobConfig) -> str:
     return "sha256:" + hashlib.sha256(config_json(config).encode()).hexdigest()[:16]
 
 
-def tasks_per_node(config: JobConfig) -> int:
-    """Slurm tasks per node: 1 for torchrun (it spawns workers), else one per GPU/rank."""
-    job = config.job
-    if config.launcher.type == "torchrun":
-        return 1
-    if config.launcher.type == "nccl-tests":
-        return job.ntasks_per_node or job.gpus_per_node // config.launcher.nccl_tests.gpus_per_rank
-    return job.ntasks_per_node or job.gpus_per_node
-
-
-def workers_per_node(config: JobConfig) -> int:
-    """Ranks per node: torchrun workers, or Slurm tasks for the other launchers."""
-    if config.launcher.type == "torchrun":
-        return config.launcher.nproc_per_node or config.job.gpus_per_node
-    return tasks_per_node(config)
-
-
 def nccl_exports(config: JobConfig) -> dict[str, str]:
     """NCCL variables the script exports: fabric.type's meaning (plan/contract.py), then
     fabric.nccl on top. Contradictions between the two were refused when the config loaded."""
     from slurmfabric.plan.contract import job_env
 
     return job_env(config.fabric.type, config.fabric.nccl)
-
-
-def sbatch_options(config: JobConfig) -> list[str]:
-    """The modelled ``#SBATCH`` options, sorted (extra raw lines are added after them)."""
-    job, launcher = config.job, config.launcher
-    opts = [
-        f"--job-name={job.name}",
-        f"--nodes={job.nodes}",
-        f"--ntasks-per-node={tasks_per_node(config)}",
-    ]
-    if job.gpus_per_node:
-        opts.append(f"--gpus-per-node={job.gpus_per_node}")
-    valued = {
-        "partition": job.partition, "account": job.account, "qos": job.qos,
-        "time": job.time, "mem": job.mem, "cpus-per-task": job.cpus_per_task,
-        "constraint": job.constraint, "reservation": job.reservation,
-        "output": job.output, "error": job.error, "array": job.array,
-        "dependency": job.dependency, "mail-type": job.mail_type, "mail-user": job.mail_user,
-    }
-    opts += [f"--{key}={value}" for key, value in valued.items() if value is not None]
-    if job.exclusive:
-        opts.append("--exclusive")
-    resume = launcher.resume
-    requeue = job.requeue
-    if resume.enabled and (resume.mode == "requeue" or {"preempt", "node_fail"} & set(
-            resume.events)):
-        requeue = True  # Slurm requeues on preemption/node failure only when allowed to
-    if requeue is not None:
-        opts.append("--requeue" if requeue else "--no-requeue")
-    if resume.enabled:
-        # B: the batch shell alone gets the warning (the supervisor asks the program for a
-        # checkpoint); append: a requeued job keeps one output file (sbatch(1)).
-        opts.append(f"--signal=B:{resume.signal}@{resume.grace_seconds}")
-        opts.append("--open-mode=append")
-    elif launcher.signal:
-        # Sent to every job step (not the batch shell) signal_seconds before the time limit.
-        opts.append(f"--signal={launcher.signal}@{launcher.signal_seconds}")
-    return sorted(opts)
 
 
 def checkpoint_dir(config: JobConfig) -> str:
@@ -262,6 +208,7 @@ def supervise_args(config: JobConfig) -> list[str]:
 def _context(config: JobConfig, slurmfabric_bin: Optional[str],
              rerender: Optional[str] = None) -> dict[str, Any]:
     ops = config.launcher.nccl_tests
+    job_shape = shape(config)
     binaries = [f"{op}_perf" if not ops.bin_dir else f"{ops.bin_dir.rstrip('/')}/{op}_perf"
                 for op in ops.ops]
     return {
@@ -273,8 +220,8 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "sf": node_bin(config, slurmfabric_bin),
         "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
                             for arg in config.launcher.mpirun_args),
-        "tasks_per_node": tasks_per_node(config),
-        "workers_per_node": workers_per_node(config),
+        "tasks_per_node": job_shape.tasks_per_node,
+        "workers_per_node": job_shape.workers_per_node,
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
         "nccl_exports": nccl_exports(config),
         "nccl_tests_binaries": binaries,

@@ -15,12 +15,13 @@ from typing import Any, Optional
 
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import SubmitError, UsageError
-from slurmfabric.job.render import render_sbatch, tasks_per_node
+from slurmfabric.job import options
+from slurmfabric.job.render import render_sbatch
 from slurmfabric.slurm import cmd as slurmcmd
 
 BACKENDS = ("sbatch", "pyslurm", "auto")
-PYSLURM_HINT = ("install pyslurm built for this cluster's Slurm "
-                "(pip install 'slurmfabric[pyslurm]'), or use --backend sbatch")
+PYSLURM_HINT = ("install pyslurm built for this cluster's Slurm (its X.Y is Slurm's: "
+                "pip install 'slurmfabric[pyslurm]' pins 25.11.*), or use --backend sbatch")
 
 
 @dataclass(frozen=True)
@@ -57,41 +58,10 @@ class SubmitRequest:
 
 
 def pyslurm_fields(config: JobConfig, workdir: Optional[str] = None) -> dict[str, Any]:
-    """JobSubmitDescription attributes (pyslurm 25.11 docs) matching the #SBATCH lines.
-
-    Mapped from the config, not by pyslurm re-parsing #SBATCH lines, because its parser
-    splits on '=' and '#'. Raw ``extra_sbatch`` lines cannot be mapped, so they are refused.
-    """
-    job, launcher = config.job, config.launcher
-    if job.extra_sbatch:
-        raise UsageError(
-            "job.extra_sbatch lines cannot be passed through the pyslurm backend",
-            hint="use --backend sbatch, or model the option in the config",
-        )
-    fields: dict[str, Any] = {
-        "name": job.name,
-        "nodes": job.nodes,
-        "ntasks_per_node": tasks_per_node(config),
-        # like sbatch's: where the job starts (the script itself cd's to program.workdir)
-        "working_directory": workdir or os.getcwd(),
-    }
-    optional = {
-        "partitions": job.partition, "account": job.account, "qos": job.qos,
-        "time_limit": job.time, "cpus_per_task": job.cpus_per_task,
-        "memory_per_node": job.mem, "constraints": job.constraint,
-        "reservations": job.reservation, "standard_output": job.output,
-        "standard_error": job.error, "array": job.array, "dependencies": job.dependency,
-        "is_requeueable": job.requeue, "mail_types": job.mail_type,
-        "mail_user": job.mail_user,
-    }
-    fields.update({k: v for k, v in optional.items() if v is not None})
-    if job.gpus_per_node:
-        fields["gres_per_node"] = f"gpu:{job.gpus_per_node}"
-    if job.exclusive:
-        fields["resource_sharing"] = "exclusive"
-    if launcher.signal:
-        fields["signal"] = f"{launcher.signal}@{launcher.signal_seconds}"
-    return fields
+    """JobSubmitDescription attributes matching the #SBATCH lines (the one table in
+    options.py), plus where the job starts: like sbatch's, the submitting directory (the
+    script itself cd's to program.workdir)."""
+    return {**options.pyslurm_fields(config), options.PYSLURM_WORKDIR: workdir or os.getcwd()}
 
 
 def load_pyslurm() -> Any:
@@ -108,17 +78,23 @@ def load_pyslurm() -> Any:
 
 
 def check_pyslurm_version(pyslurm: Any, slurm: tuple[int, int, int]) -> None:
-    """pyslurm X.Y.* works only with Slurm X.Y (its version follows Slurm's)."""
+    """pyslurm X.Y.Z works only with Slurm X.Y: its X.Y tracks Slurm's major release and Z
+    is its own patch level (pyslurm README, "Versioning"; pyslurm/version.py, exported as
+    ``pyslurm.__version__``). ``slurm`` is the client's own version (scontrol --version)."""
     version = str(getattr(pyslurm, "__version__", "?"))
     try:
         built_for = tuple(int(part) for part in version.split(".")[:2])
     except ValueError:
         built_for = ()
     if built_for != tuple(slurm[:2]):
+        running = f"{slurm[0]}.{slurm[1]:02d}"
+        matches = f"Slurm {built_for[0]}.{built_for[1]:02d}" if len(built_for) == 2 \
+            else "another Slurm"
         raise SubmitError(
-            f"pyslurm {version} was built for another Slurm than the running "
-            f"{slurm[0]}.{slurm[1]:02d}.{slurm[2]}",
-            hint=PYSLURM_HINT,
+            f"pyslurm {version} matches {matches} only, but this cluster runs Slurm "
+            f"{running}.{slurm[2]} (scontrol --version)",
+            hint=f"install pyslurm {running}.* built against this Slurm "
+                 f"(pip install 'pyslurm=={running}.*'), or use --backend sbatch",
         )
 
 

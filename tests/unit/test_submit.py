@@ -1,14 +1,18 @@
 """Submission: the typed request, dry run, sbatch (--parsable, --test-only) and the optional
-pyslurm backend, mocked against pyslurm 25.11's documented JobSubmitDescription API."""
+pyslurm backend, run against a stand-in pyslurm (tests/fixtures/pyslurm/fake) that accepts
+only the JobSubmitDescription names recorded from the real pyslurm 25.11.2 sdist."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-import types
+from pathlib import Path
 
 import pytest
+from cleanenv import clean_env
+from extract_names import read_fixture
 
 from slurmfabric import cli
 from slurmfabric.config import load_config
@@ -16,14 +20,10 @@ from slurmfabric.errors import SubmitError, UsageError
 from slurmfabric.job.submit import build_request, pyslurm_fields, resolve_backend, submit
 from slurmfabric.slurm import cmd as slurmcmd
 
-# Attributes documented for pyslurm.JobSubmitDescription in pyslurm 25.11.2
-# (pyslurm/core/job/submission.pxd docstring) that slurmfabric may set.
-DOCUMENTED = {
-    "name", "account", "partitions", "qos", "time_limit", "nodes", "ntasks_per_node",
-    "cpus_per_task", "memory_per_node", "constraints", "reservations", "standard_output",
-    "standard_error", "array", "dependencies", "is_requeueable", "mail_types", "mail_user",
-    "gres_per_node", "resource_sharing", "signal", "working_directory", "script",
-}
+REPO = Path(__file__).resolve().parents[2]
+PYSLURM_FIXTURES = REPO / "tests" / "fixtures" / "pyslurm"
+# JobSubmitDescription's attributes in the real pyslurm 25.11.2 sdist (extract_names.py)
+RECORDED_NAMES = read_fixture(PYSLURM_FIXTURES / "jobsubmitdescription.txt")[1]
 SETS = ["launcher.type=srun", "job.nodes=2", "job.gpus_per_node=8", "job.partition=debug",
         "job.time=10", "job.exclusive=true", "launcher.signal=USR1", "job.requeue=false",
         'program.command=["python", "train.py"]', "launcher.slurmfabric=slurmfabric"]
@@ -93,56 +93,94 @@ def test_test_only_uses_sbatch_and_returns_slurms_verdict(config, mocker) -> Non
     assert run.call_args.args[0] == ["sbatch", "--test-only"]
 
 
-def fake_pyslurm(mocker, version="25.11.2", job_id=777):
-    module = types.ModuleType("pyslurm")
-    module.__version__ = version
+@pytest.fixture
+def fake_pyslurm(monkeypatch, tmp_path):
+    """The stand-in pyslurm (tests/fixtures/pyslurm/fake) on sys.path, and a stand-in
+    scontrol on PATH whose --version the real slurmcmd.slurm_version parses. Returns a
+    function that sets both versions and gives the file the submitted fields land in."""
+    monkeypatch.syspath_prepend(str(PYSLURM_FIXTURES / "fake"))
+    monkeypatch.delitem(sys.modules, "pyslurm", raising=False)
+    monkeypatch.setenv("PATH", f"{PYSLURM_FIXTURES / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    record = tmp_path / "fields.json"
+    monkeypatch.setenv("FAKE_PYSLURM_RECORD", str(record))
 
-    class RPCError(Exception):
-        pass
+    def versions(pyslurm: str = "25.11.2", slurm: str = "25.11.1"):
+        monkeypatch.setenv("FAKE_PYSLURM_VERSION", pyslurm)
+        monkeypatch.setenv("FAKE_SLURM_VERSION", slurm)
+        sys.modules.pop("pyslurm", None)
+        return record
 
-    module.RPCError = RPCError
-    description = mocker.MagicMock(name="JobSubmitDescription()")
-    description.submit.return_value = job_id
-    module.JobSubmitDescription = mocker.MagicMock(return_value=description)
-    mocker.patch.dict(sys.modules, {"pyslurm": module})
-    return module
+    yield versions
+    sys.modules.pop("pyslurm", None)
 
 
-def test_pyslurm_backend_submits_documented_fields(config, mocker) -> None:
-    module = fake_pyslurm(mocker)
-    mocker.patch.object(slurmcmd, "slurm_version", return_value=(25, 11, 1))
+def test_pyslurm_backend_submits_documented_fields(config, fake_pyslurm) -> None:
+    record = fake_pyslurm()
     request = build_request(config, backend="pyslurm", workdir="/work")
-    assert submit(request) == "777"
-    kwargs = module.JobSubmitDescription.call_args.kwargs
-    assert set(kwargs) <= DOCUMENTED
-    assert kwargs["script"] == request.script
-    assert kwargs == {
+    assert submit(request) == "4242"
+    fields = json.loads(record.read_text())
+    assert set(fields) <= RECORDED_NAMES
+    assert fields == {
         "script": request.script, "name": "slurmfabric", "nodes": 2, "ntasks_per_node": 8,
         "partitions": "debug", "time_limit": "10", "gres_per_node": "gpu:8",
-        "resource_sharing": "exclusive", "signal": "USR1@120", "is_requeueable": False,
+        "resource_sharing": "exclusive", "signal": "SIGUSR1@120", "is_requeueable": False,
         "working_directory": "/work",
     }
-    module.JobSubmitDescription.return_value.submit.assert_called_once_with()
 
 
-def test_pyslurm_rpc_error_is_surfaced(config, mocker) -> None:
-    module = fake_pyslurm(mocker)
-    module.JobSubmitDescription.return_value.submit.side_effect = module.RPCError(
-        "Invalid account or account/partition combination specified")
-    mocker.patch.object(slurmcmd, "slurm_version", return_value=(25, 11, 0))
+def test_the_fake_refuses_what_pyslurm_refuses(fake_pyslurm) -> None:
+    """The stand-in can fail: an unknown attribute and a signal without SIG are refused."""
+    fake_pyslurm()
+    import pyslurm
+
+    with pytest.raises(AttributeError, match="gpus_per_node"):
+        pyslurm.JobSubmitDescription(gpus_per_node=8)
+    with pytest.raises(ValueError, match="Invalid Signal: USR2"):
+        pyslurm.JobSubmitDescription(signal="B:USR2@60").submit()
+
+
+def test_pyslurm_rpc_error_is_surfaced(config, fake_pyslurm, monkeypatch) -> None:
+    fake_pyslurm()
+    monkeypatch.setenv("FAKE_PYSLURM_RPC_ERROR",
+                       "Invalid account or account/partition combination specified")
     with pytest.raises(SubmitError, match="Invalid account or account/partition combination"):
         submit(build_request(config, backend="pyslurm"))
 
 
-def test_pyslurm_built_for_another_slurm(config, mocker) -> None:
-    fake_pyslurm(mocker, version="25.11.2")
-    mocker.patch.object(slurmcmd, "slurm_version", return_value=(22, 5, 8))
+def test_pyslurm_built_for_another_slurm(config, fake_pyslurm) -> None:
+    record = fake_pyslurm(pyslurm="25.11.2", slurm="22.05.8")
     request = build_request(config, backend="pyslurm")
     with pytest.raises(SubmitError) as info:
         submit(request)
-    assert "pyslurm 25.11.2 was built for another Slurm than the running 22.05.8" in str(
-        info.value)
-    assert "--backend sbatch" in info.value.hint
+    assert str(info.value) == ("pyslurm 25.11.2 matches Slurm 25.11 only, but this cluster "
+                               "runs Slurm 22.05.8 (scontrol --version)")
+    assert "pyslurm==22.05.*" in info.value.hint and "--backend sbatch" in info.value.hint
+    assert not record.exists()
+
+
+def test_pyslurm_mismatch_on_the_command_line(fake_pyslurm, tmp_path) -> None:
+    """`submit --backend pyslurm` against another Slurm: exit 1, one error line naming both
+    versions (plus the HINT), nothing submitted."""
+    record = tmp_path / "fields.json"
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(REPO), str(PYSLURM_FIXTURES / "fake")]),
+                    PATH=f"{PYSLURM_FIXTURES / 'bin'}{os.pathsep}/usr/bin:/bin",
+                    SLURMFABRIC_JOBS_DIR=str(tmp_path / "jobs"), SLURMFABRIC_SITE_DEFAULTS="",
+                    FAKE_PYSLURM_VERSION="25.11.2", FAKE_SLURM_VERSION="24.05.3",
+                    FAKE_PYSLURM_RECORD=str(record))
+    command = [sys.executable, "-m", "slurmfabric", "submit", "-c",
+               str(REPO / "examples" / "resume-cpu.toml"), "--backend", "pyslurm"]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("slurmfabric:")]
+    assert proc.returncode == 1 and errors == [
+        "slurmfabric: error: pyslurm 25.11.2 matches Slurm 25.11 only, but this cluster runs "
+        "Slurm 24.05.3 (scontrol --version)"], proc.stderr
+    assert not record.exists()
+    proc = subprocess.run(command, env={**env, "FAKE_SLURM_VERSION": "25.11.1"},
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "4242\n", proc.stderr
+    fields = json.loads(record.read_text())
+    assert (fields["is_requeueable"], fields["signal"], fields["log_files_open_mode"]) == (
+        True, "B:SIGUSR2@60", "append")
 
 
 def test_pyslurm_absent_says_what_to_install(config, mocker) -> None:
@@ -153,13 +191,12 @@ def test_pyslurm_absent_says_what_to_install(config, mocker) -> None:
     assert "slurmfabric[pyslurm]" in info.value.hint
 
 
-def test_auto_backend(mocker) -> None:
-    mocker.patch.dict(sys.modules, {"pyslurm": None})
+def test_auto_backend(monkeypatch, fake_pyslurm) -> None:
+    monkeypatch.setitem(sys.modules, "pyslurm", None)  # import raises ImportError
     assert resolve_backend("auto") == "sbatch"
-    fake_pyslurm(mocker)
-    version = mocker.patch.object(slurmcmd, "slurm_version", return_value=(25, 11, 3))
+    fake_pyslurm(slurm="25.11.3")  # the stand-in, importable again
     assert resolve_backend("auto") == "pyslurm"
-    version.return_value = (24, 11, 1)
+    fake_pyslurm(slurm="24.11.1")
     assert resolve_backend("auto") == "sbatch"
     with pytest.raises(UsageError):
         resolve_backend("slurmrestd")

@@ -1,0 +1,167 @@
+"""One job, three outputs: every examples/*.toml (and variants that set every row of the
+options table) rendered as the sbatch script, as pyslurm JobSubmitDescription fields and as
+each Kubernetes manifest its launcher fits must describe the same job: nodes, tasks and
+workers per node, requeue, the warning signal, open mode, time, partition and the rest.
+
+The expected correspondence below is written from the two upstream documents, not read from
+slurmfabric/job/options.py: sbatch(1) (https://slurm.schedmd.com/sbatch.html) and the
+JobSubmitDescription docstrings of pyslurm 25.11.2 (pyslurm/core/job/submission.pxd: "This
+is the same as --X from sbatch"; --gpus-per-node goes to gres_per_node, as they advise).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from slurmfabric.config import load_config
+from slurmfabric.errors import UsageError
+from slurmfabric.job import k8s, options
+from slurmfabric.job.render import render_sbatch
+from slurmfabric.job.submit import pyslurm_fields
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "examples").glob("*.toml"))
+
+SBATCH_TO_PYSLURM = {
+    "job-name": "name", "nodes": "nodes", "ntasks-per-node": "ntasks_per_node",
+    "gpus-per-node": "gres_per_node", "partition": "partitions", "account": "account",
+    "qos": "qos", "time": "time_limit", "mem": "memory_per_node",
+    "cpus-per-task": "cpus_per_task", "constraint": "constraints",
+    "reservation": "reservations", "output": "standard_output", "error": "standard_error",
+    "array": "array", "dependency": "dependencies", "mail-type": "mail_types",
+    "mail-user": "mail_user", "exclusive": "resource_sharing", "requeue": "is_requeueable",
+    "signal": "signal", "open-mode": "log_files_open_mode",
+}
+
+EVERY_ROW = ["job.account=ml", "job.qos=high", "job.mem=0", "job.constraint=h100",
+             "job.reservation=maint", "job.error=err-%j.txt", "job.array=0-3",
+             "job.dependency=afterok:12", "job.mail_type=END,FAIL",
+             "job.mail_user=a@example.org", "job.exclusive=true"]
+# (example, extra --set values): every example as it is, then variants for the rows and
+# launchers the examples leave out.
+CASES = [(path.name, []) for path in EXAMPLES] + [
+    ("smoke-cpu.toml", EVERY_ROW),
+    ("smoke-cpu.toml", ["job.requeue=false", "launcher.signal=TERM",
+                        "launcher.signal_seconds=30"]),
+    ("resume-cpu.toml", ["launcher.resume.mode=chain",
+                         'launcher.resume.events=["timeout"]']),
+    ("resume-cpu.toml", ['launcher.resume.events=["preempt"]', "launcher.resume.mode=chain"]),
+    ("h100-fsdp.toml", ["launcher.type=srun", "launcher.signal=USR2"]),
+    ("h100-fsdp.toml", ["launcher.type=mpirun", "job.gpus_per_node=4"]),
+    ("h100-fsdp.toml", ["launcher.type=srun-pmix", "job.gpus_per_node=0",
+                        "job.ntasks_per_node=3"]),
+]
+
+
+def sbatch_lines(script: str) -> dict[str, object]:
+    """``#SBATCH --key=value`` -> {key: value}; a bare flag -> True, ``--no-x`` -> x: False."""
+    out: dict[str, object] = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH --"):
+            key, eq, value = line[len("#SBATCH --"):].partition("=")
+            if not eq and key.startswith("no-"):
+                out[key[3:]] = False
+            else:
+                out[key] = value if eq else True
+    return out
+
+
+def same(sbatch_key: str, sbatch_value: object, field: object) -> bool:
+    """Does the sbatch value mean what the pyslurm field means?"""
+    if sbatch_key == "gpus-per-node":
+        return field == f"gpu:{sbatch_value}"
+    if sbatch_key == "exclusive":
+        return sbatch_value is True and field == "exclusive"
+    if sbatch_key == "requeue":
+        return sbatch_value is field
+    if sbatch_key == "signal":  # pyslurm resolves names through signal.Signals: SIG prefix
+        flags, colon, rest = str(sbatch_value).rpartition(":")
+        return field == f"{flags}{colon}SIG{rest}"
+    return str(sbatch_value) == str(field)
+
+
+def script_workers(script: str, opts: dict[str, object]) -> int:
+    """Ranks per node as the script starts them."""
+    match = re.search(r"--nproc-per-node=(\d+)", script)
+    return int(match.group(1)) if match else int(str(opts["ntasks-per-node"]))
+
+
+def k8s_shape(manifest: dict) -> tuple[int, int]:
+    """(nodes, workers per node) as each operator reads its manifest."""
+    spec = manifest["spec"]
+    kind = manifest["kind"]
+    if kind == "PyTorchJob":
+        replicas = spec["pytorchReplicaSpecs"]
+        nodes = sum(r["replicas"] for r in replicas.values())
+        return nodes, int(spec["nprocPerNode"])
+    if kind == "TrainJob":
+        return spec["trainer"]["numNodes"], spec["trainer"]["numProcPerNode"]
+    if kind == "JobSet":
+        job = spec["replicatedJobs"][0]["template"]["spec"]
+        env = {e["name"]: e["value"] for e in job["template"]["spec"]["containers"][0]["env"]}
+        assert int(env["NNODES"]) == job["parallelism"]
+        return job["parallelism"], int(env["NPROC_PER_NODE"])
+    workers = spec["mpiReplicaSpecs"]["Worker"]["replicas"]
+    command = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
+        "command"]
+    assert int(command[command.index("-np") + 1]) == workers * spec["slotsPerWorker"]
+    return workers, spec["slotsPerWorker"]
+
+
+SEEN_ROWS: set[str] = set()
+
+
+@pytest.mark.parametrize(("example", "sets"), CASES,
+                         ids=[f"{name}{'+' + str(i) if sets else ''}"
+                              for i, (name, sets) in enumerate(CASES)])
+def test_sbatch_pyslurm_and_kubernetes_describe_the_same_job(example, sets) -> None:
+    config = load_config(str(REPO / "examples" / example), sets, "")
+    script = render_sbatch(config)
+    opts = sbatch_lines(script)
+    fields = pyslurm_fields(config, "/submit/dir")
+    assert fields.pop("working_directory") == "/submit/dir"
+    # every #SBATCH line has its pyslurm field, with the same meaning, and nothing more
+    assert {SBATCH_TO_PYSLURM[k] for k in opts} == set(fields)
+    for key, value in opts.items():
+        assert same(key, value, fields[SBATCH_TO_PYSLURM[key]]), (key, value, fields)
+    SEEN_ROWS.update(opts)
+
+    nodes, workers = int(str(opts["nodes"])), script_workers(script, opts)
+    if config.launcher.type == "nccl-tests":  # no program to run in a pod: refused
+        with pytest.raises(UsageError, match="program.command is empty"):
+            k8s.build(load_config(str(REPO / "examples" / example),
+                                  [*sets, "kubernetes.image=img"], ""), "pytorchjob")
+        return
+    k8s_config = load_config(str(REPO / "examples" / example),
+                             [*sets, "kubernetes.image=img"], "")
+    for target in k8s.TARGETS:
+        assert k8s_shape(k8s.build(k8s_config, target)) == (nodes, workers), target
+
+
+def test_every_row_of_the_table_was_compared() -> None:
+    """Runs after the cases above (file order): a row no case sets is a row untested."""
+    assert {o.sbatch for o in options.OPTIONS} - SEEN_ROWS == set()
+    assert set(SBATCH_TO_PYSLURM) == {o.sbatch for o in options.OPTIONS}
+    assert all(SBATCH_TO_PYSLURM[o.sbatch] == o.pyslurm for o in options.OPTIONS)
+
+
+def test_resume_cpu_is_resumable_through_pyslurm_too() -> None:
+    """Issue 30 (a): the pyslurm backend used to drop these three."""
+    config = load_config(str(REPO / "examples" / "resume-cpu.toml"), [], "")
+    opts = sbatch_lines(render_sbatch(config))
+    fields = pyslurm_fields(config, "/w")
+    assert (opts["requeue"], opts["signal"], opts["open-mode"]) == (True, "B:USR2@60",
+                                                                    "append")
+    assert (fields["is_requeueable"], fields["signal"], fields["log_files_open_mode"]) == (
+        True, "B:SIGUSR2@60", "append")
+
+
+def test_smoke_cpu_pytorchjob_runs_the_scripts_two_workers() -> None:
+    """Issue 30 (b): nprocPerNode was "1" (max(gpus, 1)) where the script runs 2."""
+    config = load_config(str(REPO / "examples" / "smoke-cpu.toml"), ["kubernetes.image=i"],
+                         "")
+    assert "--nproc-per-node=2 " in render_sbatch(config)
+    assert k8s.build(config, "pytorchjob")["spec"]["nprocPerNode"] == "2"
