@@ -62,7 +62,8 @@ class Cluster:
 
     def wait(self, job_id: str, timeout: float = 180) -> str:
         """Poll until the job reaches a final state; return that state."""
-        return slurmcmd.wait_job(job_id, timeout, poll=0.3, env=self.env)["JobState"]
+        record = slurmcmd.wait_job(job_id, timeout, poll=0.3, env=self.env)
+        return slurmcmd.job_state(record.get("JobState"))
 
     def sbatch_wait(self, script: str, *sbatch_args: str, timeout: float = 180,
                     workdir: Path | None = None) -> JobResult:

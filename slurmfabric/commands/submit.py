@@ -83,7 +83,7 @@ def _wait_resumable(job_id: str, timeout: float, config, workdir: str | None) ->
     base = os.path.join(workdir or os.getcwd(), config.program.workdir or "")
     directory = os.path.join(base, checkpoint_dir(config))
     last, record = wait_run(job_id, directory, timeout)
-    state = record.get("JobState", "UNKNOWN").split()[0]
+    state = slurmcmd.job_state(record.get("JobState"))
     out_path = record.get("StdOut", "")
     print(f"job {last} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
     sys.stdout.write(slurmcmd.read_output_file(out_path))
@@ -98,7 +98,7 @@ def _wait_and_show(job_id: str, timeout: float) -> int:
     from slurmfabric.slurm import cmd as slurmcmd
 
     record = slurmcmd.wait_job(job_id, timeout)
-    state = record.get("JobState", "UNKNOWN")
+    state = slurmcmd.job_state(record.get("JobState"))
     out_path = record.get("StdOut", "")
     print(f"job {job_id} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
     sys.stdout.write(slurmcmd.read_output_file(out_path))

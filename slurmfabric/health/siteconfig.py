@@ -327,7 +327,8 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
     return value
 
 
-# roce_profile keys: (type check, what the value must be); roce/profile.py PROFILE_KEYS.
+# roce_profile keys: (type check, what the value must be); the fields of roce/profile.py
+# Profile, whose delta_max comes from roce_delta_max instead.
 _ROCE_PROFILE = {
     "trust": (lambda v: v in ("dscp", "pcp"), '"dscp" or "pcp"'),
     "pfc_priorities": (lambda v: isinstance(v, list) and all(

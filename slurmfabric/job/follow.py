@@ -238,53 +238,27 @@ class Job:
         job_id, cluster = parse_job_id(text)
         return cls(job_id, cluster, env=env)
 
-    def _args(self) -> list[str]:
-        return [f"--clusters={self.cluster}"] if self.cluster else []
-
     def status(self) -> Status:
-        try:
-            out = slurmcmd.run(["scontrol", *self._args(), "show", "-o", "job", self.job_id],
-                               env=self.env)
-        except SlurmCommandError as exc:
-            if "Invalid job id" not in str(exc):
-                raise
+        """From slurmctld while it knows the job, else from accounting."""
+        r = slurmcmd.job_if_known(self.job_id, env=self.env, cluster=self.cluster)
+        if r is None:
             return self._from_accounting()
-        records = [slurmcmd.parse_show_oneliner(line) for line in out.splitlines()
-                   if "=" in line]
-        if not records:
-            return self._from_accounting()
-        r = records[0]
         restarts = r.get("Restarts", "0")
-        return Status(job_id=self.job_id, state=(r.get("JobState") or "UNKNOWN").split()[0],
+        return Status(job_id=self.job_id, state=slurmcmd.job_state(r.get("JobState")),
                       reason=r.get("Reason", ""), nodes=r.get("NodeList", ""),
                       elapsed=r.get("RunTime", ""), exit_code=r.get("ExitCode", ""),
                       restarts=int(restarts) if restarts.isdigit() else 0,
                       stdout=r.get("StdOut", ""))
 
     def _from_accounting(self) -> Status:
-        fields = "JobID,State,ExitCode,Elapsed,NodeList,Reason"
-        try:
-            out = slurmcmd.run(["sacct", *self._args(), "-j", self.job_id, "-X", "-n", "-P",
-                                "-o", fields], env=self.env)
-        except SlurmCommandError as exc:
-            text = str(exc)
-            if "accounting_storage/none" in text or "not running a supported accounting" \
-                    in text or "Slurm accounting storage is disabled" in text:
-                raise SlurmCommandError(
-                    f"job {self.job_id} is no longer known to slurmctld (MinJobAge) and this "
-                    "cluster keeps no accounting, so its end state is gone",
-                    hint="configure slurmdbd (AccountingStorageType=accounting_storage/"
-                    "slurmdbd); 'slurmfabric testbed up --accounting' does it locally") \
-                    from None
-            raise
-        rows = [line.split("|") for line in out.splitlines() if line.strip()]
-        if not rows:
+        row = slurmcmd.accounting_job(self.job_id, env=self.env, cluster=self.cluster)
+        if row is None:
             raise SlurmCommandError(f"job {self.job_id} is known neither to slurmctld nor to "
                                     "accounting", hint="check the id (and --clusters)")
-        row = rows[-1] + [""] * 6
-        return Status(job_id=self.job_id, state=(row[1] or "UNKNOWN").split()[0],
-                      exit_code=row[2], elapsed=row[3], nodes=row[4], reason=row[5],
-                      source="sacct", stdout=self._output_path())
+        return Status(job_id=self.job_id, state=slurmcmd.job_state(row["State"]),
+                      exit_code=row["ExitCode"], elapsed=row["Elapsed"],
+                      nodes=row["NodeList"], reason=row["Reason"], source="sacct",
+                      stdout=self._output_path())
 
     def _output_path(self) -> str:
         record = self.record
@@ -294,22 +268,13 @@ class Job:
         return pattern if os.path.isabs(pattern) else os.path.join(record.workdir, pattern)
 
     def wait(self, timeout: float = 3600, poll: float = 1.0) -> Status:
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.status()
-            if status.done:
-                return status
-            if time.monotonic() > deadline:
-                raise SlurmCommandError(f"job {self.job_id} still {status.state} after "
-                                        f"{timeout:g} s", hint=f"slurmfabric jobs status "
-                                        f"{self.job_id}")
-            time.sleep(poll)
+        """Until the job ends, following it into accounting once slurmctld forgets it."""
+        return slurmcmd.wait_until(self.status, lambda status: status.state, timeout, poll,
+                                   what=f"job {self.job_id}",
+                                   hint=f"slurmfabric jobs status {self.job_id}")
 
     def cancel(self, signal: str | None = None) -> None:
-        args = ["scancel", *self._args()]
-        if signal:
-            args.append(f"--signal={signal}")
-        slurmcmd.run([*args, self.job_id], env=self.env)
+        slurmcmd.cancel(self.job_id, self.cluster, signal, env=self.env)
 
     def log_path(self, rank: int | None = None) -> str:
         if rank is not None:

@@ -40,7 +40,6 @@ _NTHREAD = re.compile(r"^#?\s*nThread (?P<body>.*)$")
 _COLLECTIVE = re.compile(r"^#\s*Collective test (?:starting|concluded):\s*(?P<name>\S+)")
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)")
 _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)")
-_CELL = ("time", "algbw", "busbw", "wrong")
 
 # Messages below this are latency-bound; nccl-tests maintainers note 256 MiB is still too
 # small to reach peak bus bandwidth (NVIDIA/nccl-tests#212).

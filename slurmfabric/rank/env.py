@@ -5,7 +5,7 @@
 exporting it is a separate step (``slurmfabric env`` / ``slurmfabric launch``). No torch,
 no third-party imports: this runs on every rank and must start in milliseconds.
 
-Scopes (``mode="auto"`` picks one):
+Scopes (``mode="auto"`` picks one; each is a small detector in ``DETECTORS``, tried in order):
 
 * ``task``: inside an ``srun`` step, one task per GPU. RANK=SLURM_PROCID,
   LOCAL_RANK=SLURM_LOCALID, NODE_RANK=SLURM_NODEID, WORLD_SIZE=SLURM_STEP_NUM_TASKS,
@@ -203,6 +203,22 @@ def _marker(env: Mapping[str, str]) -> dict[str, str]:
 # --- the resolver ----------------------------------------------------------------------
 
 
+class _Ask(Record):
+    """What every detector reads: the environment and the settings resolve() settled.
+
+    ``previous`` is what slurmfabric exported one level up for this same job (else empty).
+    """
+
+    __slots__ = ("env", "mode", "policy", "port_range", "previous", "node_addr", "iface_addr")
+    env: Mapping[str, str]
+    mode: str
+    policy: str
+    port_range: tuple[int, int]
+    previous: dict[str, str]
+    node_addr: Callable[[str], str] | None
+    iface_addr: Callable[[str], str] | None
+
+
 def resolve(
     env: Mapping[str, str],
     *,
@@ -212,7 +228,8 @@ def resolve(
     node_addr: Callable[[str], str] | None = None,
     iface_addr: Callable[[str], str] | None = None,
 ) -> RankEnv:
-    """Compute the rank environment from ``env`` (normally ``os.environ``)."""
+    """Compute the rank environment from ``env`` (normally ``os.environ``): the first of
+    ``DETECTORS`` that recognises the launch decides (the last one always answers)."""
     if mode not in MODES:
         raise RankEnvError(f"unknown mode {mode!r}", f"choose one of: {', '.join(MODES)}")
     previous = _marker(env)
@@ -228,146 +245,47 @@ def resolve(
             previous.get("SLURMFABRIC_PORT_RANGE") if same_job else None
         )
         port_range = parse_port_range(text) if text else DEFAULT_PORT_RANGE
+    ask = _Ask(env=env, mode=mode, policy=policy, port_range=port_range,
+               previous=previous if same_job else {}, node_addr=node_addr,
+               iface_addr=iface_addr)
+    for detect in DETECTORS:
+        found = detect(ask)
+        if found is not None:
+            return found
+    raise AssertionError("_slurm_task answers or raises")  # pragma: no cover
 
-    if mode in ("auto", "torchrun") and env.get("TORCHELASTIC_RUN_ID"):
-        return _worker(env, policy, port_range)
-    mpi_vars = _mpi_family(env)
-    if mpi_vars is not None and mode in ("auto", "mpi"):
-        return _mpi(env, mpi_vars, policy, port_range, previous if same_job else {},
-                    node_addr, iface_addr)
-    if not env.get("SLURM_JOB_ID") and not env.get("SLURM_JOBID") and mode == "auto":
-        from slurmfabric.rank import k8s as k8senv  # only where there is no Slurm job: Slurm wins
 
-        pod = k8senv.resolve(env, policy, port_range)
-        if pod is not None:
-            return RankEnv(**pod)
-    job_id = _need(env, "SLURM_JOB_ID", "SLURM_JOBID")
-    step_id = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
-    if step_id and step_id.isdigit() and int(step_id) >= _SPECIAL_STEP_MIN:
-        step_id = None  # the batch or interactive step behaves like the batch shell
-    if mode == "srun" and step_id is None:
-        raise RankEnvError(
-            "--mode srun needs an srun step, but SLURM_STEP_ID is not set (batch shell?)",
-            "in the batch script run: srun slurmfabric launch -- python train.py",
-        )
-    if mode == "mpi" and step_id is None:
-        raise RankEnvError(
-            "--mode mpi needs MPI rank variables (OMPI_COMM_WORLD_RANK, PMI_RANK with "
-            "MPI_LOCALRANKID, MV2_COMM_WORLD_RANK) or an srun step, but neither is set",
-            "in the batch script run: srun slurmfabric launch -- python train.py, or "
-            "mpirun slurmfabric launch --mode mpi -- ./app",
-        )
-    scope = "job" if step_id is None else ("node" if mode == "torchrun" else "task")
+# --- the shared master address and port --------------------------------------------------
 
-    nodelist_var = next(
-        (
-            n
-            for n in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-            if env.get(n) and (scope != "job" or n != "SLURM_STEP_NODELIST")
-        ),
-        None,
-    )
-    if nodelist_var is None:
-        _need(env, "SLURM_STEP_NODELIST" if scope != "job" else "SLURM_JOB_NODELIST")
-    nodelist = env[nodelist_var]
-    try:
-        master_host = hostlist.first(nodelist)
-    except hostlist.HostlistError as error:
-        raise RankEnvError(f"{nodelist_var}: {error}") from None
 
-    notes: list[str] = []
-    cluster = env.get("SLURM_CLUSTER_NAME", "")
-    # The het group slot stays empty for steps: Slurm numbers steps once per het job
-    # (srun --het-group=0 makes step 1721.1 and no 1722.1), so the leader's job id and the
-    # step id already name one step, and a step spanning components must agree on it.
-    het = env.get("SLURM_HET_JOB_OFFSET", "") if step_id is None else ""
-    port = port_for(f"{cluster}/{job_id}/{het}/{step_id or 'job'}", port_range)
-    if step_id is not None:
-        port = _published_port(previous if same_job else {}, master_host, port)
-    rdzv_id = _rdzv_id(env, cluster, job_id)
+def _master(ask: _Ask, master_host: str, key: str, *, adopt_published: bool,
+            same_policy: bool, look_up: bool = True) -> tuple[str, int]:
+    """(MASTER_ADDR, MASTER_PORT) for ``master_host``, for Slurm and MPI alike.
 
+    The port is ``key`` hashed into the range, or (``adopt_published``) the one the batch
+    shell checked and published for this master. The address is the one already resolved
+    one level up for this master (``same_policy``: only under the same policy), else
+    ``master_address`` under the policy (``look_up``), else the host name itself (an MPI
+    rank outside Slurm). A loopback address is refused either way.
+    """
+    previous = ask.previous
+    port = port_for(key, ask.port_range)
+    if adopt_published:
+        port = _published_port(previous, master_host, port)
     if (
-        same_job
-        and previous.get("MASTER_HOST") == master_host
+        previous.get("MASTER_HOST") == master_host
         and previous.get("MASTER_ADDR")
-        and previous.get("SLURMFABRIC_ADDR_POLICY", "plain") == policy
+        and (not same_policy
+             or previous.get("SLURMFABRIC_ADDR_POLICY", "plain") == ask.policy)
     ):
         master_addr = previous["MASTER_ADDR"]  # resolved once for this job, e.g. iface:
+    elif look_up:
+        master_addr = master_address(master_host, ask.policy, ask.env, ask.node_addr,
+                                     ask.iface_addr)
     else:
-        master_addr = master_address(master_host, policy, env, node_addr, iface_addr)
-    _refuse_loopback(master_addr, policy, master_host, env)
-
-    common = dict(
-        job_id=job_id,
-        step_id=step_id,
-        master_host=master_host,
-        master_addr=master_addr,
-        master_port=port,
-        rdzv_id=rdzv_id,
-        addr_policy=policy,
-        port_range=port_range,
-    )
-    if scope == "job":
-        nnodes = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
-        return RankEnv(scope="job", nnodes=nnodes, notes=tuple(notes), **common)
-
-    nnodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
-    node_rank = _int(env, "SLURM_NODEID")
-    world = _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
-    per_node_var = (
-        "SLURM_STEP_TASKS_PER_NODE"
-        if env.get("SLURM_STEP_TASKS_PER_NODE")
-        else ("SLURM_TASKS_PER_NODE")
-    )
-    per_node = _need(env, per_node_var)
-    counts = _counts(per_node_var, per_node)
-    if len(counts) != nnodes:
-        raise RankEnvError(
-            f"{per_node_var}={per_node!r} describes {len(counts)} nodes but the step has {nnodes}",
-            "do not mix job-level and step-level variables (was --export used?)",
-        )
-    if node_rank >= nnodes:
-        raise RankEnvError(f"SLURM_NODEID={node_rank} but the step has {nnodes} nodes")
-    local_world = counts[node_rank]
-    if scope == "node":
-        if local_world != 1:
-            raise RankEnvError(
-                f"--mode torchrun needs one task per node, but this node runs {local_world} "
-                f"tasks ({per_node_var}={per_node}); each would start its own torchrun",
-                "use srun --ntasks-per-node=1 for torchrun, or --mode srun for one task per GPU",
-            )
-        return RankEnv(
-            scope="node",
-            nnodes=nnodes,
-            node_rank=node_rank,
-            nproc_per_node=_gpus_on_node(env),
-            notes=tuple(notes),
-            **common,
-        )
-    rank = _int(env, "SLURM_PROCID")
-    local_rank = _int(env, "SLURM_LOCALID")
-    if sum(counts) != world:
-        raise RankEnvError(
-            f"{per_node_var}={per_node!r} adds up to {sum(counts)} tasks but "
-            f"SLURM_STEP_NUM_TASKS/SLURM_NTASKS says {world}"
-        )
-    if rank >= world:
-        raise RankEnvError(f"SLURM_PROCID={rank} is not below the {world} tasks of the step")
-    if local_rank >= local_world:
-        raise RankEnvError(
-            f"SLURM_LOCALID={local_rank} but node {node_rank} runs only {local_world} tasks"
-        )
-    return RankEnv(
-        scope="task",
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rank=rank,
-        local_rank=local_rank,
-        world_size=world,
-        local_world_size=local_world,
-        notes=tuple(notes),
-        **common,
-    )
+        master_addr = master_host
+    _refuse_loopback(master_addr, ask.policy, master_host, ask.env)
+    return master_addr, port
 
 
 def _refuse_loopback(master_addr: str, policy: str, master_host: str,
@@ -389,6 +307,43 @@ def _published_port(previous: dict[str, str], master_host: str, port: int) -> in
     return port
 
 
+# --- the detectors, in order -------------------------------------------------------------
+
+
+def _torchrun_worker(ask: _Ask) -> RankEnv | None:
+    """Under torchrun: its RANK/LOCAL_RANK/... are authoritative; we only read them.
+
+    torchrun's agent exports GROUP_WORLD_SIZE (the node count of this rendezvous round); a
+    process that lacks it counts nodes as torchrun does, nproc_per_node on every node.
+    """
+    env = ask.env
+    if ask.mode not in ("auto", "torchrun") or not env.get("TORCHELASTIC_RUN_ID"):
+        return None
+    world_size, local_world = _int(env, "WORLD_SIZE"), _int(env, "LOCAL_WORLD_SIZE")
+    if env.get("GROUP_WORLD_SIZE"):
+        nnodes = _int(env, "GROUP_WORLD_SIZE")
+    else:
+        nnodes = -(-world_size // local_world) if local_world > 0 else 1
+    return RankEnv(
+        scope="worker",
+        job_id=env.get("SLURM_JOB_ID", ""),
+        step_id=env.get("SLURM_STEP_ID"),
+        master_host=_need(env, "MASTER_ADDR"),
+        master_addr=_need(env, "MASTER_ADDR"),
+        master_port=_int(env, "MASTER_PORT"),
+        rdzv_id=env.get("TORCHELASTIC_RUN_ID", ""),
+        nnodes=nnodes,
+        node_rank=_int(env, "GROUP_RANK") if env.get("GROUP_RANK") else None,
+        rank=_int(env, "RANK"),
+        local_rank=_int(env, "LOCAL_RANK"),
+        world_size=world_size,
+        local_world_size=local_world,
+        addr_policy=ask.policy,
+        port_range=ask.port_range,
+        notes=("under torchrun: its rank variables are kept as they are",),
+    )
+
+
 def _mpi_family(env: Mapping[str, str]) -> tuple[str, str, str, str] | None:
     for family in MPI_VARS:
         if env.get(family[0]) and (family[0] != "PMI_RANK" or env.get(family[2])):
@@ -396,16 +351,12 @@ def _mpi_family(env: Mapping[str, str]) -> tuple[str, str, str, str] | None:
     return None
 
 
-def _mpi(
-    env: Mapping[str, str],
-    family: tuple[str, str, str, str],
-    policy: str,
-    port_range: tuple[int, int],
-    previous: dict[str, str],
-    node_addr: Callable[[str], str] | None,
-    iface_addr: Callable[[str], str] | None,
-) -> RankEnv:
+def _mpi_rank(ask: _Ask) -> RankEnv | None:
     """A rank of an MPI launcher: ranks from the MPI, job-level master from the batch shell."""
+    env = ask.env
+    family = _mpi_family(env)
+    if family is None or ask.mode not in ("auto", "mpi"):
+        return None
     rank, world, local, local_world = (_int(env, name) for name in family)
     if rank >= world:
         raise RankEnvError(f"{family[0]}={rank} is not below {family[1]}={world}")
@@ -416,22 +367,16 @@ def _mpi(
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     here = env.get("SLURMD_NODENAME", "")
     try:
-        master_host = previous.get("MASTER_HOST") or (
+        master_host = ask.previous.get("MASTER_HOST") or (
             hostlist.first(nodelist) if nodelist else _mpi_master(env)
         )
         node_rank = hostlist.index(nodelist, here) if nodelist and here else None
     except hostlist.HostlistError as error:
         raise RankEnvError(f"SLURM_JOB_NODELIST: {error}") from None
     het = env.get("SLURM_HET_JOB_OFFSET", "")
-    port = _published_port(previous, master_host,
-                           port_for(f"{cluster}/{job_id}/{het}/job", port_range))
-    if previous.get("MASTER_HOST") == master_host and previous.get("MASTER_ADDR"):
-        master_addr = previous["MASTER_ADDR"]
-    elif nodelist:
-        master_addr = master_address(master_host, policy, env, node_addr, iface_addr)
-    else:
-        master_addr = master_host
-    _refuse_loopback(master_addr, policy, master_host, env)
+    master_addr, port = _master(ask, master_host, f"{cluster}/{job_id}/{het}/job",
+                                adopt_published=True, same_policy=False,
+                                look_up=bool(nodelist))
     nnodes_text = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
     nnodes = _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES") if nnodes_text else max(
         1, world // max(local_world, 1))
@@ -449,8 +394,8 @@ def _mpi(
         local_rank=local,
         world_size=world,
         local_world_size=local_world,
-        addr_policy=policy,
-        port_range=port_range,
+        addr_policy=ask.policy,
+        port_range=ask.port_range,
         notes=(f"MPI rank: ranks from {family[0]} and its family",),
     )
 
@@ -469,6 +414,192 @@ def _mpi_master(env: Mapping[str, str]) -> str:
         "(OMPI_MCA_orte_default_hostfile, I_MPI_HYDRA_HOST_FILE, HYDRA_HOST_FILE)",
         "pass it from the launcher: mpirun -x MASTER_ADDR=$(head -1 /etc/mpi/hostfile | "
         "cut -d' ' -f1) ...")
+
+
+def _kubernetes_pod(ask: _Ask) -> RankEnv | None:
+    """A training operator's pod, only where there is no Slurm job: Slurm wins."""
+    env = ask.env
+    if ask.mode != "auto" or env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"):
+        return None
+    from slurmfabric.rank import k8s as k8senv
+
+    pod = k8senv.resolve(env, ask.policy, ask.port_range)
+    return RankEnv(**pod) if pod is not None else None
+
+
+def _slurm_ids(ask: _Ask) -> tuple[str, str | None]:
+    """(job id, step id or None in the batch shell); a mode that needs a step says so."""
+    env = ask.env
+    job_id = _need(env, "SLURM_JOB_ID", "SLURM_JOBID")
+    step_id = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    if step_id and step_id.isdigit() and int(step_id) >= _SPECIAL_STEP_MIN:
+        step_id = None  # the batch or interactive step behaves like the batch shell
+    if ask.mode == "srun" and step_id is None:
+        raise RankEnvError(
+            "--mode srun needs an srun step, but SLURM_STEP_ID is not set (batch shell?)",
+            "in the batch script run: srun slurmfabric launch -- python train.py",
+        )
+    if ask.mode == "mpi" and step_id is None:
+        raise RankEnvError(
+            "--mode mpi needs MPI rank variables (OMPI_COMM_WORLD_RANK, PMI_RANK with "
+            "MPI_LOCALRANKID, MV2_COMM_WORLD_RANK) or an srun step, but neither is set",
+            "in the batch script run: srun slurmfabric launch -- python train.py, or "
+            "mpirun slurmfabric launch --mode mpi -- ./app",
+        )
+    return job_id, step_id
+
+
+def _slurm_common(ask: _Ask, job_id: str, step_id: str | None) -> dict[str, object]:
+    """The RankEnv fields every Slurm scope shares: ids, master and port, rendezvous id.
+
+    The batch shell (no step) takes its master from the job's node list, a step from its
+    own; the port is the step's, and a step adopts the one the batch shell published.
+    """
+    env = ask.env
+    in_step = step_id is not None
+    nodelist_var = next(
+        (
+            n
+            for n in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+            if env.get(n) and (in_step or n != "SLURM_STEP_NODELIST")
+        ),
+        None,
+    )
+    if nodelist_var is None:
+        _need(env, "SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
+    nodelist = env[nodelist_var]
+    try:
+        master_host = hostlist.first(nodelist)
+    except hostlist.HostlistError as error:
+        raise RankEnvError(f"{nodelist_var}: {error}") from None
+    cluster = env.get("SLURM_CLUSTER_NAME", "")
+    # The het group slot stays empty for steps: Slurm numbers steps once per het job
+    # (srun --het-group=0 makes step 1721.1 and no 1722.1), so the leader's job id and the
+    # step id already name one step, and a step spanning components must agree on it.
+    het = "" if in_step else env.get("SLURM_HET_JOB_OFFSET", "")
+    master_addr, port = _master(ask, master_host, f"{cluster}/{job_id}/{het}/{step_id or 'job'}",
+                                adopt_published=in_step, same_policy=True)
+    return dict(
+        job_id=job_id,
+        step_id=step_id,
+        master_host=master_host,
+        master_addr=master_addr,
+        master_port=port,
+        rdzv_id=_rdzv_id(env, cluster, job_id),
+        addr_policy=ask.policy,
+        port_range=ask.port_range,
+    )
+
+
+def _slurm_job(ask: _Ask) -> RankEnv | None:
+    """The batch shell (no step): job-level values only."""
+    job_id, step_id = _slurm_ids(ask)
+    if step_id is not None:
+        return None
+    common = _slurm_common(ask, job_id, None)
+    nnodes = _int(ask.env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+    return RankEnv(scope="job", nnodes=nnodes, **common)
+
+
+class _Layout(Record):
+    """How a step's tasks lie on its nodes, checked against each other."""
+
+    __slots__ = ("nnodes", "node_rank", "world", "per_node_var", "per_node", "counts")
+    nnodes: int
+    node_rank: int
+    world: int
+    per_node_var: str
+    per_node: str
+    counts: list[int]
+
+    @property
+    def local_world(self) -> int:
+        return self.counts[self.node_rank]
+
+
+def _step_layout(env: Mapping[str, str]) -> _Layout:
+    nnodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    node_rank = _int(env, "SLURM_NODEID")
+    world = _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+    per_node_var = (
+        "SLURM_STEP_TASKS_PER_NODE"
+        if env.get("SLURM_STEP_TASKS_PER_NODE")
+        else ("SLURM_TASKS_PER_NODE")
+    )
+    per_node = _need(env, per_node_var)
+    counts = _counts(per_node_var, per_node)
+    if len(counts) != nnodes:
+        raise RankEnvError(
+            f"{per_node_var}={per_node!r} describes {len(counts)} nodes but the step has {nnodes}",
+            "do not mix job-level and step-level variables (was --export used?)",
+        )
+    if node_rank >= nnodes:
+        raise RankEnvError(f"SLURM_NODEID={node_rank} but the step has {nnodes} nodes")
+    return _Layout(nnodes, node_rank, world, per_node_var, per_node, counts)
+
+
+def _slurm_node(ask: _Ask) -> RankEnv | None:
+    """A step with one task per node that will start torchrun (``mode="torchrun"``)."""
+    if ask.mode != "torchrun":
+        return None
+    job_id, step_id = _slurm_ids(ask)
+    common = _slurm_common(ask, job_id, step_id)
+    layout = _step_layout(ask.env)
+    if layout.local_world != 1:
+        raise RankEnvError(
+            f"--mode torchrun needs one task per node, but this node runs "
+            f"{layout.local_world} tasks ({layout.per_node_var}={layout.per_node}); each "
+            "would start its own torchrun",
+            "use srun --ntasks-per-node=1 for torchrun, or --mode srun for one task per GPU",
+        )
+    return RankEnv(
+        scope="node",
+        nnodes=layout.nnodes,
+        node_rank=layout.node_rank,
+        nproc_per_node=_gpus_on_node(ask.env),
+        **common,
+    )
+
+
+def _slurm_task(ask: _Ask) -> RankEnv:
+    """One task of an srun step, one task per GPU."""
+    env = ask.env
+    job_id, step_id = _slurm_ids(ask)
+    common = _slurm_common(ask, job_id, step_id)
+    layout = _step_layout(env)
+    rank = _int(env, "SLURM_PROCID")
+    local_rank = _int(env, "SLURM_LOCALID")
+    world, local_world = layout.world, layout.local_world
+    if sum(layout.counts) != world:
+        raise RankEnvError(
+            f"{layout.per_node_var}={layout.per_node!r} adds up to {sum(layout.counts)} "
+            f"tasks but SLURM_STEP_NUM_TASKS/SLURM_NTASKS says {world}"
+        )
+    if rank >= world:
+        raise RankEnvError(f"SLURM_PROCID={rank} is not below the {world} tasks of the step")
+    if local_rank >= local_world:
+        raise RankEnvError(
+            f"SLURM_LOCALID={local_rank} but node {layout.node_rank} runs only {local_world} "
+            "tasks"
+        )
+    return RankEnv(
+        scope="task",
+        nnodes=layout.nnodes,
+        node_rank=layout.node_rank,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        **common,
+    )
+
+
+# Tried in this order by resolve(); the first that answers decides. A torchrun worker
+# keeps torchrun's values even inside Slurm; an MPI rank's Slurm variables describe the
+# launcher's daemon step, not the rank; a pod is only a pod where there is no Slurm job.
+DETECTORS: tuple[Callable[[_Ask], RankEnv | None], ...] = (
+    _torchrun_worker, _mpi_rank, _kubernetes_pod, _slurm_job, _slurm_node, _slurm_task,
+)
 
 
 def _counts(name: str, spec: str) -> list[int]:
@@ -491,37 +622,6 @@ def _gpus_on_node(env: Mapping[str, str]) -> int:
         return int(gpus)
     visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     return len(visible) or 1
-
-
-def _worker(env: Mapping[str, str], policy: str, port_range: tuple[int, int]) -> RankEnv:
-    """Under torchrun: its RANK/LOCAL_RANK/... are authoritative; we only read them.
-
-    torchrun's agent exports GROUP_WORLD_SIZE (the node count of this rendezvous round); a
-    process that lacks it counts nodes as torchrun does, nproc_per_node on every node.
-    """
-    world_size, local_world = _int(env, "WORLD_SIZE"), _int(env, "LOCAL_WORLD_SIZE")
-    if env.get("GROUP_WORLD_SIZE"):
-        nnodes = _int(env, "GROUP_WORLD_SIZE")
-    else:
-        nnodes = -(-world_size // local_world) if local_world > 0 else 1
-    return RankEnv(
-        scope="worker",
-        job_id=env.get("SLURM_JOB_ID", ""),
-        step_id=env.get("SLURM_STEP_ID"),
-        master_host=_need(env, "MASTER_ADDR"),
-        master_addr=_need(env, "MASTER_ADDR"),
-        master_port=_int(env, "MASTER_PORT"),
-        rdzv_id=env.get("TORCHELASTIC_RUN_ID", ""),
-        nnodes=nnodes,
-        node_rank=_int(env, "GROUP_RANK") if env.get("GROUP_RANK") else None,
-        rank=_int(env, "RANK"),
-        local_rank=_int(env, "LOCAL_RANK"),
-        world_size=world_size,
-        local_world_size=local_world,
-        addr_policy=policy,
-        port_range=port_range,
-        notes=("under torchrun: its rank variables are kept as they are",),
-    )
 
 
 def port_is_free(port: int) -> bool:

@@ -36,11 +36,6 @@ TORCH_DEFAULT_PORT = 29500  # torch.distributed's default MASTER_PORT (and Train
 HOSTFILE_VARS = ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
 
 
-def in_pod(env: Mapping[str, str]) -> bool:
-    """Kubernetes sets KUBERNETES_SERVICE_HOST in every container (service links)."""
-    return bool(env.get("KUBERNETES_SERVICE_HOST"))
-
-
 def _int(env: Mapping[str, str], name: str, low: int = 0) -> int:
     text = env.get(name, "")
     if not text.isdigit() or len(text) > 9 or int(text) < low:

@@ -16,10 +16,11 @@ from slurmfabric.slurm import cmd as slurmcmd
 
 ON_THE_WAY_BACK = frozenset({"PREEMPTED", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD",
                              "REQUEUE_FED"})
+SETTLE = 30  # seconds a job in ON_THE_WAY_BACK gets to show up pending again
 
 
 def _state(record: dict[str, str]) -> str:
-    return (record.get("JobState", "") or "UNKNOWN").split()[0]
+    return slurmcmd.job_state(record.get("JobState"))
 
 
 def successor_of(directory: str, job_id: str) -> str | None:
@@ -43,12 +44,10 @@ def wait_run(job_id: str, directory: str, timeout: float, poll: float = 1.0,
                                     hint=f"scontrol show job {current}")
         record = slurmcmd.wait_job(current, left, poll=poll, env=env)
         if _state(record) in ON_THE_WAY_BACK and record.get("Requeue") == "1":
-            settle = time.monotonic() + 30
-            while time.monotonic() < min(settle, deadline):
-                time.sleep(poll)
-                record = slurmcmd.job(current, env=env)
-                if _state(record) not in ON_THE_WAY_BACK:
-                    break
+            # Give Slurm up to SETTLE seconds to requeue it; if it does not, this is the end.
+            record = slurmcmd.wait_job(
+                current, min(SETTLE, deadline - time.monotonic()), poll=poll, env=env,
+                done=lambda state: state not in ON_THE_WAY_BACK, raise_on_timeout=False)
             if _state(record) not in slurmcmd.FINAL_STATES:
                 continue  # pending or running again
         successor = successor_of(directory, current)

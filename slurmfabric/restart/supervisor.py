@@ -259,9 +259,10 @@ class Supervisor:
         bad = self._bad_nodes(self.job.nodes)
         reason = "node_fail" if bad else "preempt" if requeued else "cancelled"
         self._ask_checkpoint()
-        self._log("end", reason=reason, signal=name, nodes=bad, job_state=record.get(
-            "JobState", ""), step_reached=self._reached(), checkpoint_step=self._latest_step(),
-            action="requeued by slurm" if requeued else "none")
+        self._log("end", reason=reason, signal=name, nodes=bad,
+                  job_state=slurmcmd.job_state(record.get("JobState")),
+                  step_reached=self._reached(), checkpoint_step=self._latest_step(),
+                  action="requeued by slurm" if requeued else "none")
         what = {"node_fail": f"node failure ({', '.join(bad)})", "preempt": "preempted",
                 "cancelled": "cancelled or out of time"}[reason]
         then = "Slurm requeues the job" if requeued else "the job ends"

@@ -1,6 +1,7 @@
 """The one module that builds Slurm command lines and parses their output.
 
-Everything that talks to sbatch, scontrol, sinfo or squeue goes through here, so that the
+Everything that talks to sbatch, scontrol, sinfo, squeue, sacct or scancel goes through
+here (argv and parser side by side), so that the
 rest of slurmfabric sees Python values and a failed command always surfaces Slurm's own
 error text verbatim (users search for that text). Parsers are pure functions over the
 recorded output so they are tested without a cluster. Standard library only: the prolog
@@ -16,6 +17,13 @@ import time
 from dataclasses import dataclass
 
 from slurmfabric.errors import SlurmCommandError, SubmitError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -146,14 +154,22 @@ def parse_show_oneliner(line: str) -> dict[str, str]:
     return fields
 
 
+def cluster_args(cluster: str | None) -> list[str]:
+    """``--clusters=NAME`` for a job of another cluster (multi-cluster/federated setups)."""
+    return [f"--clusters={cluster}"] if cluster else []
+
+
+def show_command(kind: str, name: str | None = None, cluster: str | None = None) -> list[str]:
+    """``scontrol [--clusters=C] show -o <kind> [name]``: one record per line."""
+    return ["scontrol", *cluster_args(cluster), "show", "-o", kind, *([name] if name else [])]
+
+
 def show(
-    kind: str, name: str | None = None, env: dict[str, str] | None = None
+    kind: str, name: str | None = None, env: dict[str, str] | None = None,
+    cluster: str | None = None,
 ) -> list[dict[str, str]]:
     """``scontrol show -o <kind> [name]`` as a list of key/value records."""
-    cmd = ["scontrol", "show", "-o", kind]
-    if name:
-        cmd.append(name)
-    out = run(cmd, env=env)
+    out = run(show_command(kind, name, cluster), env=env)
     return [parse_show_oneliner(line) for line in out.splitlines() if "=" in line]
 
 
@@ -165,12 +181,98 @@ def node(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
     return records[0]
 
 
-def job(job_id: str, env: dict[str, str] | None = None) -> dict[str, str]:
+def job(job_id: str, env: dict[str, str] | None = None,
+        cluster: str | None = None) -> dict[str, str]:
     """One job's record (``JobState``, ``NodeList``, ``StdOut`` ...)."""
-    records = show("job", job_id, env=env)
+    records = show("job", job_id, env=env, cluster=cluster)
     if not records:
         raise SlurmCommandError(f"scontrol knows no job {job_id!r}")
     return records[0]
+
+
+def job_if_known(job_id: str, env: dict[str, str] | None = None,
+                 cluster: str | None = None) -> dict[str, str] | None:
+    """The job's record, or None once slurmctld has forgotten it (it keeps an ended job
+    for MinJobAge, 300 s by default, then answers ``Invalid job id specified``)."""
+    try:
+        records = show("job", job_id, env=env, cluster=cluster)
+    except SlurmCommandError as exc:
+        if "Invalid job id" not in str(exc):
+            raise
+        return None
+    return records[0] if records else None
+
+
+def job_state(value: str | None) -> str:
+    """The bare state of scontrol's ``JobState``, sacct's ``State`` or squeue's ``%T``.
+
+    sacct(1) appends who cancelled (``CANCELLED by 1000``); a field that is empty or
+    missing (a record read mid-transition, a truncated line) reads ``UNKNOWN``, never an
+    error, so a waiter polls again instead of crashing.
+    """
+    words = (value or "").split()
+    return words[0] if words else "UNKNOWN"
+
+
+# sacct(1) fields for one job's allocation (-X: not its steps; -P: '|' between fields).
+SACCT_JOB_FIELDS = ("JobID", "State", "ExitCode", "Elapsed", "NodeList", "Reason")
+
+# What sacct says where the cluster keeps no accounting (AccountingStorageType=none).
+_NO_ACCOUNTING = ("accounting_storage/none", "not running a supported accounting",
+                  "Slurm accounting storage is disabled")
+
+
+def sacct_job_command(job_id: str, cluster: str | None = None) -> list[str]:
+    """``sacct -j ID -X -n -P -o SACCT_JOB_FIELDS``: one parsable row per allocation."""
+    return ["sacct", *cluster_args(cluster), "-j", job_id, "-X", "-n", "-P", "-o",
+            ",".join(SACCT_JOB_FIELDS)]
+
+
+def parse_sacct_rows(text: str,
+                     fields: tuple[str, ...] = SACCT_JOB_FIELDS) -> list[dict[str, str]]:
+    """``sacct -n -P`` output -> one dict per row; a short row reads '' for the missing
+    fields and the last field keeps any '|' of its own (a free-text Reason)."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = line.split("|", len(fields) - 1)
+        rows.append(dict(zip(fields, values + [""] * (len(fields) - len(values)))))
+    return rows
+
+
+def accounting_job(job_id: str, env: dict[str, str] | None = None,
+                   cluster: str | None = None) -> dict[str, str] | None:
+    """The job's row in accounting (the latest allocation), or None if it has none.
+
+    A cluster without slurmdbd raises an error that says so: once slurmctld has forgotten
+    the job, its end state is gone and guessing would be wrong.
+    """
+    try:
+        out = run(sacct_job_command(job_id, cluster), env=env)
+    except SlurmCommandError as exc:
+        if any(words in str(exc) for words in _NO_ACCOUNTING):
+            raise SlurmCommandError(
+                f"job {job_id} is no longer known to slurmctld (MinJobAge) and this "
+                "cluster keeps no accounting, so its end state is gone",
+                hint="configure slurmdbd (AccountingStorageType=accounting_storage/"
+                "slurmdbd); 'slurmfabric testbed up --accounting' does it locally") from None
+        raise
+    rows = parse_sacct_rows(out)
+    return rows[-1] if rows else None
+
+
+def scancel_command(job_id: str, cluster: str | None = None,
+                    signal: str | None = None) -> list[str]:
+    """``scancel [--clusters=C] [--signal=SIG] ID``: without a signal the job ends."""
+    return ["scancel", *cluster_args(cluster), *([f"--signal={signal}"] if signal else []),
+            job_id]
+
+
+def cancel(job_id: str, cluster: str | None = None, signal: str | None = None,
+           env: dict[str, str] | None = None) -> None:
+    """Cancel the job, or only send its processes ``signal``."""
+    run(scancel_command(job_id, cluster, signal), env=env)
 
 
 def update_node(name: str, env: dict[str, str] | None = None, **fields: str) -> None:
@@ -213,9 +315,21 @@ def time_left(job_id: str, env: dict[str, str] | None = None) -> int | None:
     return parse_time_left(run(["squeue", "-h", "-j", job_id, "-o", "%L"], env=env))
 
 
-def node_states(nodelist: str, env: dict[str, str] | None = None) -> dict[str, str]:
-    """``{node: state}`` for the nodes of a hostlist (sinfo expands it)."""
-    return parse_node_states(run([*SINFO_NODE_STATES, "-n", nodelist], env=env))
+def node_states(nodelist: str | None = None,
+                env: dict[str, str] | None = None) -> dict[str, str]:
+    """``{node: state}`` for the nodes of a hostlist (sinfo expands it), or for all."""
+    where = ["-n", nodelist] if nodelist else []
+    return parse_node_states(run([*SINFO_NODE_STATES, *where], env=env))
+
+
+def sinfo_summary(env: dict[str, str] | None = None) -> str:
+    """Plain ``sinfo``: the partition/state table a person reads."""
+    return run(["sinfo"], env=env)
+
+
+def reconfigure(env: dict[str, str] | None = None) -> None:
+    """``scontrol reconfigure``: the running daemons reread slurm.conf."""
+    run(["scontrol", "reconfigure"], env=env)
 
 
 # One "<node> <state>" line per node: ``sfn1 idle``, ``sfn4 drained``, ``sft3 idle*``.
@@ -284,26 +398,46 @@ FINAL_STATES = frozenset({
 })
 
 
+def wait_until(
+    read: Callable[[], T], state_of: Callable[[T], str], timeout: float, poll: float, *,
+    done: Callable[[str], bool] = FINAL_STATES.__contains__, what: str = "job",
+    hint: str = "", raise_on_timeout: bool = True,
+) -> T:
+    """The one job waiter: ``read()`` every ``poll`` seconds until ``done`` holds for its
+    state; return that last value.
+
+    Past ``timeout`` it raises SlurmCommandError naming the state it saw, or with
+    ``raise_on_timeout=False`` returns the last value (a bounded wait for a transition
+    that may not come, such as a requeue settling).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        state = state_of(value)
+        if done(state):
+            return value
+        if time.monotonic() > deadline:
+            if not raise_on_timeout:
+                return value
+            raise SlurmCommandError(f"{what} still {state} after {timeout:g} s", hint=hint)
+        time.sleep(poll)
+
+
 def wait_job(
-    job_id: str, timeout: float = 600, poll: float = 0.5, env: dict[str, str] | None = None
+    job_id: str, timeout: float = 600, poll: float = 0.5, env: dict[str, str] | None = None,
+    *, cluster: str | None = None, done: Callable[[str], bool] = FINAL_STATES.__contains__,
+    raise_on_timeout: bool = True,
 ) -> dict[str, str]:
-    """Poll ``scontrol show job`` until the job ends; return its final record.
+    """Poll ``scontrol show job`` until ``done(state)`` (by default: the job ended); return
+    the last record.
 
     Needs the job to stay in slurmctld's memory until it is read (MinJobAge, 300 s by
     default), which polling every ``poll`` seconds guarantees.
     """
-    deadline = time.monotonic() + timeout
-    record: dict[str, str] = {}
-    while True:
-        record = job(job_id, env=env)
-        if record.get("JobState", "").split()[0] in FINAL_STATES:
-            return record
-        if time.monotonic() > deadline:
-            raise SlurmCommandError(
-                f"job {job_id} still {record.get('JobState', 'UNKNOWN')} after {timeout:g} s",
-                hint=f"scontrol show job {job_id}",
-            )
-        time.sleep(poll)
+    return wait_until(lambda: job(job_id, env=env, cluster=cluster),
+                      lambda record: job_state(record.get("JobState")), timeout, poll,
+                      done=done, what=f"job {job_id}", hint=f"scontrol show job {job_id}",
+                      raise_on_timeout=raise_on_timeout)
 
 
 def read_output_file(path: str | os.PathLike[str]) -> str:

@@ -269,7 +269,7 @@ class Testbed:
             return
         self._prepare_dirs()
         self._write_files()
-        slurmcmd.run(["scontrol", "reconfigure"], env=self.env())
+        slurmcmd.reconfigure(env=self.env())
         time.sleep(1.0)  # slurmd rereads asynchronously
         log(f"testbed slurm.conf updated and reread: {self.s.conf_path}")
 
@@ -294,8 +294,7 @@ class Testbed:
 
     def resume_all(self) -> list[str]:
         """Return every drained or down node to service (a clean slate for a test session)."""
-        out = slurmcmd.run(slurmcmd.SINFO_NODE_STATES, env=self.env())
-        stuck = [name for name, state in slurmcmd.parse_node_states(out).items()
+        stuck = [name for name, state in slurmcmd.node_states(env=self.env()).items()
                  if not state.startswith(("idle", "alloc", "mix", "comp"))]
         for name in stuck:
             slurmcmd.update_node(name, env=self.env(), State="RESUME")
@@ -306,7 +305,7 @@ class Testbed:
         lines = [f"SLURM_CONF={self.s.conf_path}"]
         lines.append(f"daemons running: {len(alive)}/{len(self.expected_keys())}")
         if alive:
-            lines.append(slurmcmd.run(["sinfo"], env=self.env()).rstrip())
+            lines.append(slurmcmd.sinfo_summary(env=self.env()).rstrip())
         return "\n".join(lines)
 
     # -- internals -----------------------------------------------------------------------

@@ -18,7 +18,6 @@ GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (datacenter GPUs), VGA contr
 # amdgpu binds Instinct parts as display controller (0x0380: MI100, MI200) or processing
 # accelerator (0x1200: MI300 series; PCI Code and ID Assignment spec, base class 12h).
 AMD_CLASSES = ("0x0380", "0x1200", "0x0302", "0x0300")
-RENDER_MINOR_BASE = 128  # /dev/dri/renderD128 is the first render node (drm_drv.c)
 
 
 def _candidates(reader: Reader) -> list[str]:

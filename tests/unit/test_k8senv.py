@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cleanenv import clean_env
 
 from slurmfabric.errors import RankEnvError
 from slurmfabric.rank.env import resolve
@@ -20,7 +21,7 @@ POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "HOSTNAME": "pod-0", "PATH": "/us
 
 def recorded(name: str, **extra: str) -> dict[str, str]:
     """KEY=VALUE lines of a fixture (comments and trailing '# ...' notes dropped)."""
-    env = dict(POD)
+    env = clean_env(**POD)
     for line in (FIX / name).read_text().splitlines():
         if not line or line.startswith("#") or "=" not in line:
             continue

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cleanenv import clean_env
 
 from slurmfabric.config import load_config
 from slurmfabric.config.models import time_limit_seconds
@@ -217,9 +218,9 @@ class Harness:
             (bin_dir / name).chmod(0o755)
         (tmp / "child.py").write_text(CHILD)
         self.ckpt = tmp / "ck"
-        self.env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM": str(self.fake),
-                    "SF_ROOT": str(ROOT), "SLURM_JOB_ID": "77",
-                    "SLURM_JOB_NODELIST": "sfn[1-2]", "LANG": "C.UTF-8", **env}
+        self.env = clean_env(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SLURM=str(self.fake),
+                             SF_ROOT=str(ROOT), SLURM_JOB_ID="77",
+                             SLURM_JOB_NODELIST="sfn[1-2]", LANG="C.UTF-8", **env)
         self.answer("show_job", "JobId=77 JobState=RUNNING Restarts=0 Requeue=1")
         self.answer("sinfo", "sfn1 allocated\nsfn2 allocated\n")
         self.answer("time_left", "0:45\n")

@@ -62,3 +62,68 @@ def test_run_missing_binary_has_hint():
         slurmcmd.run(["definitely-not-sbatch-xyz"])
     assert "command not found" in str(info.value)
     assert info.value.hint
+
+
+@pytest.mark.parametrize(("value", "state"), [
+    ("RUNNING", "RUNNING"),  # scontrol JobState=, squeue %T
+    ("CANCELLED by 0", "CANCELLED"),  # sacct State names who cancelled (sacct(1))
+    ("CANCELLED by 1000", "CANCELLED"),
+    ("", "UNKNOWN"),
+    ("   ", "UNKNOWN"),
+    (None, "UNKNOWN"),  # the field is missing from the record
+])
+def test_job_state_is_the_bare_state(value, state):
+    assert slurmcmd.job_state(value) == state
+
+
+def _records(monkeypatch, *records):
+    """slurmcmd.job answers these records in turn (the last one from then on)."""
+    seen = list(records)
+    calls = []
+
+    def job(job_id, env=None, cluster=None):
+        calls.append((job_id, cluster))
+        return seen.pop(0) if len(seen) > 1 else seen[0]
+
+    monkeypatch.setattr(slurmcmd, "job", job)
+    return calls
+
+
+def test_wait_job_polls_through_an_empty_or_missing_jobstate(monkeypatch):
+    """An empty JobState (a record read mid-transition) used to raise IndexError."""
+    calls = _records(monkeypatch, {"JobState": ""}, {"JobId": "7"},
+                     {"JobState": "CANCELLED by 0", "ExitCode": "0:15"})
+    record = slurmcmd.wait_job("7", timeout=5, poll=0)
+    assert record["ExitCode"] == "0:15" and len(calls) == 3
+
+
+def test_wait_job_times_out_naming_the_state_it_saw(monkeypatch):
+    _records(monkeypatch, {"JobState": ""})
+    with pytest.raises(SlurmCommandError, match=r"job 7 still UNKNOWN after 0 s"):
+        slurmcmd.wait_job("7", timeout=0, poll=0)
+
+
+def test_wait_job_can_wait_for_any_transition_and_give_up_quietly(monkeypatch):
+    _records(monkeypatch, {"JobState": "PREEMPTED"})
+    record = slurmcmd.wait_job("7", timeout=0, poll=0, done=lambda s: s != "PREEMPTED",
+                               raise_on_timeout=False)
+    assert record == {"JobState": "PREEMPTED"}
+    _records(monkeypatch, {"JobState": "PREEMPTED"}, {"JobState": "PENDING"})
+    assert slurmcmd.wait_job("7", timeout=5, poll=0, done=lambda s: s != "PREEMPTED",
+                             cluster="c1") == {"JobState": "PENDING"}
+
+
+def test_job_commands_name_the_cluster_where_given():
+    assert slurmcmd.show_command("job", "7", "c1") == ["scontrol", "--clusters=c1", "show",
+                                                       "-o", "job", "7"]
+    assert slurmcmd.show_command("node") == ["scontrol", "show", "-o", "node"]
+    assert slurmcmd.scancel_command("7", "c1", "USR2") == ["scancel", "--clusters=c1",
+                                                           "--signal=USR2", "7"]
+    assert slurmcmd.scancel_command("7") == ["scancel", "7"]
+    assert slurmcmd.sacct_job_command("7")[:5] == ["sacct", "-j", "7", "-X", "-n"]
+
+
+def test_sacct_rows_pad_short_rows_and_keep_a_reason_whole():
+    rows = slurmcmd.parse_sacct_rows("7|CANCELLED by 0|0:15\n\n8|FAILED|1:0|00:01|n1|a|b\n")
+    assert rows[0]["State"] == "CANCELLED by 0" and rows[0]["Reason"] == ""
+    assert rows[1]["Reason"] == "a|b" and rows[1]["NodeList"] == "n1"
