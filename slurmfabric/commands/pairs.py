@@ -262,7 +262,7 @@ def _topology_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
 
 def _rdma_command(args: argparse.Namespace) -> list[str]:
     """The step of a per-rail perftest pair: 'pairs rdma-step' on both tasks."""
-    from slurmfabric.commands.health import _this_executable
+    from slurmfabric._common.executable import this_executable
 
     if not args.rails:
         raise UsageError(f"--test {args.test} needs --rails", hint="e.g. --rails "
@@ -277,23 +277,23 @@ def _rdma_command(args: argparse.Namespace) -> list[str]:
     for rail in rails:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}(?::[0-9]{1,3})?", rail):
             raise UsageError(f"--rails: {rail!r} is not an HCA name like mlx5_0 or mlx5_0:1")
-    argv = [_this_executable(), "pairs", "rdma-step", "--rails", ",".join(rails)]
+    argv = [this_executable(), "pairs", "rdma-step", "--rails", ",".join(rails)]
     if args.cuda:
         argv.append("--cuda")
     return [*argv, "--", args.test, "--report_gbits", *args.perftest_arg]
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from slurmfabric.commands.health import _this_executable
+    from slurmfabric._common.executable import this_executable
     from slurmfabric.job import submit
     from slurmfabric.pairsweep.plan import render_script, write_plan
 
     plan = _plan(args)
-    plan.retest_cmd = [_this_executable()]
+    plan.retest_cmd = [this_executable()]
     if args.burn_in:
         plan.sbatch_args.append(f"--reservation={args.burn_in}")
     if args.gpu_stage:
-        plan.gpu_stage = [_this_executable(), "health", "burn-in", "--results",
+        plan.gpu_stage = [this_executable(), "health", "burn-in", "--results",
                           str(plan.results)]
         if args.health_config:
             plan.gpu_stage += ["--config", str(Path(args.health_config).resolve())]
