@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from slurmfabric._common.textcheck import split_args
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 
@@ -150,98 +149,21 @@ def _nodes(expr: str) -> list[str]:
     return expand(expr)
 
 
-def _plan(args: argparse.Namespace):
-    from slurmfabric.pairsweep.plan import (
-        DEFAULT_COMMAND,
-        SweepPlan,
-        parse_pairs,
-        round_robin,
-        schedule_pairs,
-    )
-
-    nodes = _nodes(args.nodes)
-    if args.pairs:
-        chosen = parse_pairs(args.pairs)
-        unknown = sorted({n for p in chosen for n in p} - set(nodes))
-        if unknown:
-            raise UsageError(f"--pairs names nodes not in --nodes: {', '.join(unknown)}")
-        rounds = schedule_pairs(chosen)
-    elif args.pattern == "topology":
-        from slurmfabric.pairsweep.paths import rounds_from_file
-
-        if not args.topology:
-            raise UsageError("--pattern topology needs --topology FILE (ibnetdiscover output)")
-        rounds = rounds_from_file(args.topology, args.node_map, nodes, args.hops)
-    elif args.pattern == "k-batch":
-        rounds = _batch_rounds(args, nodes)
-    else:
-        rounds = round_robin(nodes)
-    command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
-    if not command or not command[0] or command[0].startswith("-"):
-        from slurmfabric._common.textcheck import one_line
-
-        raise UsageError(f"--command {one_line(repr(args.command), 120)}: no program first "
-                         "(empty, or a leading '-' that the task's exec would read as an "
-                         "option)", hint="give the program first, e.g. --command "
-                         "'all_reduce_perf -b 1G -e 8G'")
-    if args.test != "nccl-tests":
-        command = _rdma_command(args)
-    return SweepPlan(
-        nodes=nodes, rounds=rounds, results=Path(args.results), command=command,
-        partition=args.partition, time_limit=args.time_limit,
-        tasks_per_node=args.tasks_per_node, gpus_per_node=args.gpus_per_node, mpi=args.mpi,
-        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg,
-        retests=0 if args.pattern == "k-batch" else args.retests,
-        judge=_judge(args).to_dict(), test=args.test, pattern=args.pattern,
-    )
-
-
-def _batch_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
-    from slurmfabric.pairsweep.batch import batch_rounds
-
-    if args.batch is None:
-        raise UsageError("--pattern k-batch needs --batch K", hint="e.g. --batch 4: groups "
-                         "of 4 nodes")
-    if args.pairs:
-        raise UsageError("--pairs chooses pairs; --pattern k-batch chooses groups: give one")
-    if args.test != "nccl-tests":
-        raise UsageError(f"--test {args.test} runs between two nodes; --pattern k-batch "
-                         "runs nccl-tests on groups", hint="use --pattern round-robin")
-    return batch_rounds(nodes, args.batch)
-
-
-def _rdma_command(args: argparse.Namespace) -> list[str]:
-    from slurmfabric._common.executable import this_executable
-    from slurmfabric.pairsweep.rdmastep import step_command
-
-    if not args.rails:
-        raise UsageError(f"--test {args.test} needs --rails", hint="e.g. --rails "
-                         "mlx5_0,mlx5_1,mlx5_2,mlx5_3 (the HCAs to test, in GPU order)")
-    if args.command:
-        raise UsageError(f"--command is for nccl-tests; --test {args.test} runs perftest",
-                         hint="give perftest options with --perftest-arg")
-    if args.tasks_per_node != 1:
-        raise UsageError(f"--test {args.test} runs one task per node (the server and the "
-                         "client), not --tasks-per-node")
-    return step_command(this_executable(), args.test, args.rails, args.cuda,
-                        args.perftest_arg)
-
-
 def _submit(args: argparse.Namespace) -> int:
-    from slurmfabric._common.executable import this_executable
     from slurmfabric.job import submit
     from slurmfabric.pairsweep import burnin
     from slurmfabric.pairsweep.plan import render_script, write_plan
+    from slurmfabric.pairsweep.sweepjob import make_plan
 
-    plan = _plan(args)
-    plan.retest_cmd = [this_executable()]
-    if args.burn_in:
-        plan.sbatch_args.append(f"--reservation={args.burn_in}")
-    if args.gpu_stage:
-        plan.gpu_stage = [this_executable(), "health", "burn-in", "--results",
-                          str(plan.results)]
-        if args.health_config:
-            plan.gpu_stage += ["--config", str(Path(args.health_config).resolve())]
+    plan = make_plan(
+        nodes=_nodes(args.nodes), results=args.results, judge=_judge(args).to_dict(),
+        pairs=args.pairs, pattern=args.pattern, batch=args.batch, topology=args.topology,
+        node_map=args.node_map, hops=args.hops, command=args.command, test=args.test,
+        rails=args.rails, cuda=args.cuda, perftest_args=args.perftest_arg,
+        partition=args.partition, time_limit=args.time_limit,
+        tasks_per_node=args.tasks_per_node, gpus_per_node=args.gpus_per_node, mpi=args.mpi,
+        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg, retests=args.retests,
+        burn_in=args.burn_in, gpu_stage=args.gpu_stage, health_config=args.health_config)
     # One way to submit: the same request (and dry run) as every rendered job (submit.py).
     request = submit.SubmitRequest(script=render_script(plan), backend="sbatch",
                                    workdir=str(plan.results))
@@ -263,7 +185,6 @@ def _submit(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from slurmfabric.pairsweep import burnin, summary
     from slurmfabric.pairsweep.plan import read_plan
-    from slurmfabric.pairsweep.report import render_table
 
     results = Path(args.results)
     saved = read_plan(results)
@@ -282,18 +203,7 @@ def _report(args: argparse.Namespace) -> int:
     elif args.markdown:
         print(report.markdown())
     else:
-        print(render_table(report.nodes, report.values, report.analysis))
-        for item in report.drifted:
-            print(f"drift: {item.message()}")
-        for problem in report.execution:
-            print(f"! {problem}")
-        for rnd, ran_together in report.overlap.items():
-            if not ran_together:
-                print(f"note: the pairs of round {rnd} did not overlap in time")
-        for a, b in report.recovered:
-            print(f"note: pair {a}+{b} was low at first and fine when retested: not a suspect")
-        for line in report.gate:
-            print(line)
+        print(report.text())
     return 1 if report.failed_anything else 0
 
 
@@ -305,22 +215,7 @@ def _report_batch(args: argparse.Namespace, results: Path, saved: dict) -> int:
             raise UsageError(f"--{option.replace('_', '-')} is for pair sweeps; this is a "
                              "k-batch sweep", hint="run the pair sweep its report prints")
     report = summary.build_batch(results, _judge(args, saved.get("judge")))
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-        return 1 if report.failed_anything else 0
-    analysis, plan = report.analysis, report.plan
-    ref = f"{analysis.reference:.1f} GB/s" if analysis.reference else "none"
-    print(f"k-batch sweep: {len(plan['nodes'])} nodes, {len(report.groups)} groups in "
-          f"{len(plan['rounds'])} rounds; reference {ref}, bar "
-          f"{100 * analysis.threshold:.0f} %")
-    for g in report.groups:
-        value = f"{g.busbw:8.1f}" if g.busbw is not None else "  failed"
-        print(f"  round {g.round} {value}  {','.join(g.pair)}"
-              + (f"  ({g.error})" if g.error else ""))
-    for line in analysis.messages + [f"! {p}" for p in report.problems]:
-        print(line)
-    if report.follow_up:
-        print(f"next: {report.follow_up}")
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return 1 if report.failed_anything else 0
 
 

@@ -74,6 +74,18 @@ class SweepReport:
                                      [d.message() for d in self.drifted], self.recovered,
                                      len(self.pairs) - len(self.sweep_pairs))
 
+    def text(self) -> str:
+        """The terminal report: the matrix (or per-node table), then drift, how the rounds
+        ran, the pairs the retests cleared and what the gate did."""
+        lines = [rules.render_table(self.nodes, self.values, self.analysis)]
+        lines += [f"drift: {item.message()}" for item in self.drifted]
+        lines += [f"! {problem}" for problem in self.execution]
+        lines += [f"note: the pairs of round {rnd} did not overlap in time"
+                  for rnd, ran_together in self.overlap.items() if not ran_together]
+        lines += [f"note: pair {a}+{b} was low at first and fine when retested: not a "
+                  "suspect" for a, b in self.recovered]
+        return "\n".join(lines + self.gate)
+
     def to_dict(self) -> dict:
         a = self.analysis
         big = len(self.nodes) > MATRIX_JSON_MAX  # N x N cells: 67 million at 8,192 nodes
@@ -176,6 +188,22 @@ class BatchReport:
     def failed_anything(self) -> bool:
         a = self.analysis
         return bool(a.suspect_nodes or a.unresolved or a.unexplained or self.problems)
+
+    def text(self) -> str:
+        """Each group's bus bandwidth, the findings and the pair sweep to run next."""
+        a, plan = self.analysis, self.plan
+        ref = f"{a.reference:.1f} GB/s" if a.reference else "none"
+        lines = [f"k-batch sweep: {len(plan['nodes'])} nodes, {len(self.groups)} groups in "
+                 f"{len(plan['rounds'])} rounds; reference {ref}, bar "
+                 f"{100 * a.threshold:.0f} %"]
+        for g in self.groups:
+            value = f"{g.busbw:8.1f}" if g.busbw is not None else "  failed"
+            lines.append(f"  round {g.round} {value}  {','.join(g.pair)}"
+                         + (f"  ({g.error})" if g.error else ""))
+        lines += a.messages + [f"! {p}" for p in self.problems]
+        if self.follow_up:
+            lines.append(f"next: {self.follow_up}")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict:
         a = self.analysis
