@@ -83,8 +83,8 @@ def parse_options(
     return opts, rest
 
 
-def _build(opts: dict[str, object], environ: dict[str, str], **extra: object):
-    """The command's options -> ``taskenv.build``."""
+def build_task(opts: dict[str, object], environ: dict[str, str], **extra: object):
+    """The command's options -> ``taskenv.build`` (shared with 'slurmfabric launch')."""
     def text(name: str) -> str | None:
         value = opts.get(name)
         return None if value is None else str(value)
@@ -98,7 +98,7 @@ def _build(opts: dict[str, object], environ: dict[str, str], **extra: object):
 
 def main(argv: list[str]) -> int:
     opts, _ = parse_options(argv, "slurmfabric env", USAGE, _FLAGS[:3])
-    task = _build(opts, dict(os.environ))
+    task = build_task(opts, dict(os.environ))
     text = taskenv.render(task.variables, task.kept, str(opts["--format"]), task.plan)
     sys.stdout.flush()
     # surrogateescape: a value with bytes that are not UTF-8 goes out as those same bytes

@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from pathlib import Path
 
 from slurmfabric.commands._args import number
 
@@ -176,26 +174,14 @@ def _is_here(node: str) -> bool:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from slurmfabric.health import hookscript, siteconfig
+    from slurmfabric.health import hookscript
 
-    exe = args.bin or _this_executable()
-    hookscript.check_binary(exe)
-    runner = siteconfig.salvage_runner(args.config)  # the config's log and metrics paths
-    paths = hookscript.HookPaths(
-        bin=exe, config=args.config or hookscript.DEFAULT_CONFIG,
-        log=args.log if args.log is not None else str(runner["log_file"]),
-        prometheus=(args.prometheus if args.prometheus is not None
-                    else str(runner["prometheus_file"])),
-        syslog_socket=args.syslog_socket, max_seconds=args.max_seconds)
-    for path in hookscript.install(args.dest, paths):
+    for path in hookscript.install_hooks(
+            args.dest, bin=args.bin, config=args.config, log=args.log,
+            prometheus=args.prometheus, syslog_socket=args.syslog_socket,
+            max_seconds=args.max_seconds):
         print(path)
     return 0
-
-
-def _this_executable() -> str:
-    """The console script next to this interpreter (a venv's bin/slurmfabric)."""
-    candidate = Path(sys.executable).parent / "slurmfabric"
-    return str(candidate if candidate.exists() else Path(sys.argv[0]).resolve())
 
 
 def main(argv: list[str]) -> int:

@@ -16,7 +16,6 @@ import json
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 from slurmfabric._common.textcheck import split_args
 from slurmfabric.commands._args import number
@@ -173,17 +172,9 @@ def _expect_nodes(text: str | None) -> list[str]:
     return list(hostlist.expand(text))
 
 
-def _load_baseline(path: str) -> dict[str, object]:
-    from slurmfabric._common.inputfile import read_json
-
-    data = read_json(path, "baseline")
-    if not isinstance(data, dict) or not isinstance(data.get("links"), list) or not all(
-            isinstance(link, dict) for link in data["links"]):
-        raise UsageError(f"baseline {path} has no 'links'; was it written by 'ib audit'?")
-    return data
-
-
 def _audit(args: argparse.Namespace) -> int:
+    from slurmfabric.ibaudit.document import AuditDocument, load_baseline
+
     policy = None
     if args.drain:  # the site's drain policy, read before the audit changes anything
         import socket
@@ -203,9 +194,9 @@ def _audit(args: argparse.Namespace) -> int:
     expected: list[fa.Link] = []
     baseline_counters = None
     if args.baseline:
-        base = _load_baseline(args.baseline)
-        expected += [fa.Link.from_dict(item) for item in base["links"]]  # type: ignore[union-attr]
-        baseline_counters = base.get("counters") or {}
+        base = load_baseline(args.baseline)
+        expected += base.links
+        baseline_counters = base.counters
     if args.topology:
         topo = parse.parse_ibnetdiscover(_read(args.topology, "topology"))
         expected += fa.expected_from_topology(topo, namer)
@@ -214,54 +205,30 @@ def _audit(args: argparse.Namespace) -> int:
         counters,
         expected=expected,
         expect_nodes=_expect_nodes(args.expect_nodes),
-        baseline_counters=baseline_counters,  # type: ignore[arg-type]
+        baseline_counters=baseline_counters,
         thresholds=thresholds,
         expect_width=args.expect_width,
         expect_rate=args.expect_rate,
     )
-    now = time.time()
-    document = {
-        "version": 1,
-        "created": now,
-        "findings": [asdict(f) for f in findings],
-        "links": [link.to_dict() for link in links],
-        "counters": counters,
-        "errors": errors,
-    }
+    document = AuditDocument(created=time.time(), findings=findings, links=links,
+                             counters=counters, errors=errors)
     if args.save:
-        Path(args.save).write_text(json.dumps(document, indent=2) + "\n")
+        document.save(args.save)
     if args.prom:
         from slurmfabric._common.prom import write_textfile
         from slurmfabric.ibaudit import metrics
 
-        write_textfile(args.prom, metrics.render(links, counters, findings, now))
+        write_textfile(args.prom, metrics.render(links, counters, findings, document.created))
     if args.json:
-        print(json.dumps(document, indent=2))
+        print(json.dumps(document.to_dict(), indent=2))
     else:
         print(fa.format_table(findings))
         for error in errors:
             print(f"slurmfabric: warning: counters not read: {error}", file=sys.stderr)
-    if args.drain:
-        _drain(findings, policy)
+    if policy is not None:  # --drain
+        from slurmfabric.ibaudit.drain import drain_findings
+
+        for node, outcome in drain_findings(findings, policy):
+            note = f" ({outcome.detail})" if outcome.detail else ""
+            print(f"drain {node}: {outcome.outcome}{note}", file=sys.stderr)
     return 1 if findings else 0
-
-
-def _drain(findings: list[fa.Finding], policy) -> None:
-    """Drain nodes with error/critical findings through the health hooks' drain module.
-
-    Same reason format (``slurmfabric: fabric-<check>: <detail>``) and the same rules: a
-    node carrying someone else's reason keeps it; the circuit breaker applies. Warnings
-    (error counters) are reported, not drained. One drain per node, for its worst finding.
-    """
-    from slurmfabric.health import drain as drain_mod
-
-    done: set[str] = set()
-    for finding in findings:  # sorted worst first
-        if not finding.node or finding.node in done or finding.severity == "warning":
-            continue
-        done.add(finding.node)
-        outcome = drain_mod.drain(
-            finding.node, f"fabric-{finding.check}", f"{finding.where}: {finding.detail}",
-            policy)
-        note = f" ({outcome.detail})" if outcome.detail else ""
-        print(f"drain {finding.node}: {outcome.outcome}{note}", file=sys.stderr)

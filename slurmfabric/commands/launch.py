@@ -42,8 +42,8 @@ def main(argv: list[str]) -> int:
             "slurmfabric launch [options] -- python train.py",
         )
     environ = dict(os.environ)
-    task = env_cmd._build(opts, environ, bind=not opts.get("--no-bind"),
-                          strict=not opts.get("--print"))
+    task = env_cmd.build_task(opts, environ, bind=not opts.get("--no-bind"),
+                              strict=not opts.get("--print"))
     final, kept, plan, binding = task.variables, task.kept, task.plan, task.binding
     if opts.get("--print"):
         _print(final, kept, plan, binding, command, bool(opts.get("--no-bind")))

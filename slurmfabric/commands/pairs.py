@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
-from slurmfabric._common.textcheck import split_args
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 
@@ -132,42 +130,17 @@ def _judge_options(p: argparse.ArgumentParser, default: str) -> None:
                    "a compute node's 'slurmfabric topo snapshot' JSON")
 
 
-def _judge(args: argparse.Namespace, saved: dict | None = None) -> dict:
+def _judge(args: argparse.Namespace, saved: dict | None = None):
     """The options given now, else the sweep's (plan.json), else the defaults."""
-    saved = saved or {}
-    reference = args.reference or saved.get("reference") or "median"
+    from slurmfabric.pairsweep import judge
+
+    expected = args.expected
     if getattr(args, "expected_from", None):
-        if args.expected is not None:
+        if expected is not None:
             raise UsageError("give --expected or --expected-from, not both")
-        args.expected = _expected_from(args.expected_from)
-    expected = args.expected if args.expected is not None else saved.get("expected")
-    threshold = args.threshold if args.threshold is not None else saved.get("threshold")
-    if threshold is None:
-        threshold = 0.93 if reference == "best" and expected is None else 0.8
-    return {"reference": reference, "threshold": float(threshold),
-            "expected": None if expected is None else float(expected)}
-
-
-def _expected_from(spec: str) -> float:
-    """The pair bandwidth the rails should give, from the whatif model (slurmfabric/whatif/model.py)
-    for this node's rails ('topo') or a compute node's topology snapshot."""
-    from slurmfabric.nccl.tests import discover_fabric
-    from slurmfabric.whatif import model as whatif
-
-    topo = None
-    if spec != "topo":
-        from slurmfabric.topology import snapshot
-
-        topo = snapshot.load(spec)
-    rates, names, fabric = discover_fabric(None, topo)
-    if not rates:
-        raise UsageError(f"--expected-from {spec}: no rail NIC found (slurmfabric topo "
-                         "--explain says why)", hint="give --expected GBPS instead")
-    expected = whatif.nic_bound_busbw(rates, fabric)
-    print(f"expected {expected:.1f} GB/s: {len(rates)} {fabric} rails of {max(rates):g} Gb/s "
-          f"({', '.join(names[:4])}{' ...' if len(names) > 4 else ''}), the whatif model",
-          file=sys.stderr)
-    return expected
+        expected, why = judge.expected_from(args.expected_from)
+        print(why, file=sys.stderr)
+    return judge.resolve(args.reference, args.threshold, expected, saved)
 
 
 def _nodes(expr: str) -> list[str]:
@@ -176,127 +149,21 @@ def _nodes(expr: str) -> list[str]:
     return expand(expr)
 
 
-def _plan(args: argparse.Namespace):
-    from slurmfabric.pairsweep.plan import (
-        DEFAULT_COMMAND,
-        SweepPlan,
-        parse_pairs,
-        round_robin,
-        schedule_pairs,
-    )
+def _submit(args: argparse.Namespace) -> int:
+    from slurmfabric.job import submit
+    from slurmfabric.pairsweep import burnin
+    from slurmfabric.pairsweep.plan import render_script, write_plan
+    from slurmfabric.pairsweep.sweepjob import make_plan
 
-    nodes = _nodes(args.nodes)
-    if args.pairs:
-        chosen = parse_pairs(args.pairs)
-        unknown = sorted({n for p in chosen for n in p} - set(nodes))
-        if unknown:
-            raise UsageError(f"--pairs names nodes not in --nodes: {', '.join(unknown)}")
-        rounds = schedule_pairs(chosen)
-    elif args.pattern == "topology":
-        rounds = _topology_rounds(args, nodes)
-    elif args.pattern == "k-batch":
-        rounds = _batch_rounds(args, nodes)
-    else:
-        rounds = round_robin(nodes)
-    command = split_args(args.command, "--command") if args.command else list(DEFAULT_COMMAND)
-    if not command or not command[0] or command[0].startswith("-"):
-        from slurmfabric._common.textcheck import one_line
-
-        raise UsageError(f"--command {one_line(repr(args.command), 120)}: no program first "
-                         "(empty, or a leading '-' that the task's exec would read as an "
-                         "option)", hint="give the program first, e.g. --command "
-                         "'all_reduce_perf -b 1G -e 8G'")
-    if args.test != "nccl-tests":
-        command = _rdma_command(args)
-    return SweepPlan(
-        nodes=nodes, rounds=rounds, results=Path(args.results), command=command,
+    plan = make_plan(
+        nodes=_nodes(args.nodes), results=args.results, judge=_judge(args).to_dict(),
+        pairs=args.pairs, pattern=args.pattern, batch=args.batch, topology=args.topology,
+        node_map=args.node_map, hops=args.hops, command=args.command, test=args.test,
+        rails=args.rails, cuda=args.cuda, perftest_args=args.perftest_arg,
         partition=args.partition, time_limit=args.time_limit,
         tasks_per_node=args.tasks_per_node, gpus_per_node=args.gpus_per_node, mpi=args.mpi,
-        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg,
-        retests=0 if args.pattern == "k-batch" else args.retests,
-        judge=_judge(args), test=args.test, pattern=args.pattern,
-    )
-
-
-def _batch_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
-    from slurmfabric.pairsweep.batch import batch_rounds
-
-    if args.batch is None:
-        raise UsageError("--pattern k-batch needs --batch K", hint="e.g. --batch 4: groups "
-                         "of 4 nodes")
-    if args.pairs:
-        raise UsageError("--pairs chooses pairs; --pattern k-batch chooses groups: give one")
-    if args.test != "nccl-tests":
-        raise UsageError(f"--test {args.test} runs between two nodes; --pattern k-batch "
-                         "runs nccl-tests on groups", hint="use --pattern round-robin")
-    return batch_rounds(nodes, args.batch)
-
-
-def _topology_rounds(args: argparse.Namespace, nodes: list[str]) -> list:
-    from slurmfabric._common.inputfile import read_text
-    from slurmfabric.ibaudit.names import load_namer
-    from slurmfabric.ibaudit.parse import parse_ibnetdiscover
-    from slurmfabric.pairsweep.paths import Fabric, topology_rounds
-
-    if not args.topology:
-        raise UsageError("--pattern topology needs --topology FILE (ibnetdiscover output)")
-    try:
-        hops = [int(h) for h in args.hops.split(",") if h.strip()]
-    except ValueError:
-        raise UsageError(f"--hops {args.hops!r}: give even cable counts like 2,4,6") from None
-    if not hops or any(h < 2 or h > 64 for h in hops):
-        raise UsageError(f"--hops {args.hops!r}: give cable counts from 2 to 64, like 2,4,6")
-    fabric = Fabric.from_topology(parse_ibnetdiscover(read_text(args.topology,
-                                                                 "ibnetdiscover topology")),
-                                  load_namer(args.node_map, None))
-    missing = [n for n in nodes if n not in fabric.hcas]
-    if missing:
-        raise UsageError(f"--topology {args.topology}: no HCA of {', '.join(missing[:5])}",
-                         hint="HCA descriptions must start with the Slurm node name, or give "
-                         "--node-map")
-    rounds = topology_rounds(fabric, nodes, hops)
-    if not rounds:
-        raise UsageError(f"--hops {args.hops}: no two nodes are that far apart in the fabric")
-    return rounds
-
-
-def _rdma_command(args: argparse.Namespace) -> list[str]:
-    """The step of a per-rail perftest pair: 'pairs rdma-step' on both tasks."""
-    from slurmfabric.commands.health import _this_executable
-
-    if not args.rails:
-        raise UsageError(f"--test {args.test} needs --rails", hint="e.g. --rails "
-                         "mlx5_0,mlx5_1,mlx5_2,mlx5_3 (the HCAs to test, in GPU order)")
-    if args.command:
-        raise UsageError(f"--command is for nccl-tests; --test {args.test} runs perftest",
-                         hint="give perftest options with --perftest-arg")
-    if args.tasks_per_node != 1:
-        raise UsageError(f"--test {args.test} runs one task per node (the server and the "
-                         "client), not --tasks-per-node")
-    rails = [r for r in args.rails.split(",") if r]
-    for rail in rails:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}(?::[0-9]{1,3})?", rail):
-            raise UsageError(f"--rails: {rail!r} is not an HCA name like mlx5_0 or mlx5_0:1")
-    argv = [_this_executable(), "pairs", "rdma-step", "--rails", ",".join(rails)]
-    if args.cuda:
-        argv.append("--cuda")
-    return [*argv, "--", args.test, "--report_gbits", *args.perftest_arg]
-
-
-def _submit(args: argparse.Namespace) -> int:
-    from slurmfabric.commands.health import _this_executable
-    from slurmfabric.job import submit
-    from slurmfabric.pairsweep.plan import render_script, write_plan
-
-    plan = _plan(args)
-    plan.retest_cmd = [_this_executable()]
-    if args.burn_in:
-        plan.sbatch_args.append(f"--reservation={args.burn_in}")
-    if args.gpu_stage:
-        plan.gpu_stage = [_this_executable(), "health", "burn-in", "--results",
-                          str(plan.results)]
-        if args.health_config:
-            plan.gpu_stage += ["--config", str(Path(args.health_config).resolve())]
+        srun_args=args.srun_arg, sbatch_args=args.sbatch_arg, retests=args.retests,
+        burn_in=args.burn_in, gpu_stage=args.gpu_stage, health_config=args.health_config)
     # One way to submit: the same request (and dry run) as every rendered job (submit.py).
     request = submit.SubmitRequest(script=render_script(plan), backend="sbatch",
                                    workdir=str(plan.results))
@@ -304,7 +171,9 @@ def _submit(args: argparse.Namespace) -> int:
         print(request.describe(), end="")
         return 0
     if args.burn_in:
-        _release_for_burnin(plan.nodes, args.burn_in, _policy(args))
+        policy = burnin.policy(args.health_config, args.state_dir)
+        for node, reason in burnin.release(plan.nodes, args.burn_in, policy):
+            print(f"burn-in {node}: resumed into reservation {args.burn_in} (was: {reason})")
     write_plan(plan)
     (plan.results / "sweep.sbatch").write_text(request.script)
     job_id = submit.submit(request)
@@ -313,277 +182,50 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _policy(args: argparse.Namespace):
-    """The site's drain policy, read before anything changes; --state-dir wins."""
-    import socket
-
-    from slurmfabric.health.drain import DrainPolicy
-
-    return DrainPolicy.load(socket.gethostname().split(".")[0], args.health_config,
-                            args.state_dir)
-
-
-def _release_for_burnin(nodes: list[str], reservation: str, policy) -> None:
-    """Resume the nodes slurmfabric drained into the maintenance reservation; refuse (before
-    changing anything) when a node carries someone else's drain reason."""
-    from slurmfabric.errors import SlurmCommandError
-    from slurmfabric.health import drain as drain_mod
-    from slurmfabric.slurm import cmd as slurmcmd
-
-    try:
-        slurmcmd.show("reservation", reservation)
-    except SlurmCommandError as exc:
-        raise UsageError(f"--burn-in {reservation}: no such reservation ({exc})", hint=(
-            f"create it first, e.g. scontrol create reservation ReservationName={reservation} "
-            "Nodes=... Users=root StartTime=now Duration=120 Flags=MAINT,IGNORE_JOBS")) from exc
-    foreign = drain_mod.burnin_refusals(nodes, policy)
-    if foreign:
-        raise UsageError(
-            f"--burn-in: drained by someone else, left alone: {', '.join(foreign)}",
-            hint="Slurm runs no job on a drained node: leave these out of --nodes, or resume "
-            "them yourself if they are ready to test")
-    for node in nodes:
-        out, reason = drain_mod.release_for_burnin(node, policy)
-        if out == drain_mod.RELEASED:
-            print(f"burn-in {node}: resumed into reservation {reservation} (was: {reason})")
-
-
-def _gate(args, analysis) -> list[str]:
-    """Drain suspects / resume passing nodes through the health module's rules. A node in
-    burn-in (released by 'pairs submit --burn-in') is drained again if it fails, and its
-    record ends if it passes (it is already running jobs)."""
-    from slurmfabric.health import drain as drain_mod
-
-    policy = _policy(args)
-    lines = []
-    for node in analysis.suspect_nodes:
-        if args.drain or (args.resume_passing and drain_mod.in_burnin(node, policy.state_dir)):
-            detail = next((m for m in analysis.messages if f" {node} " in f" {m} "), "slow")
-            out = drain_mod.drain(node, "pairs", detail, policy)
-            lines.append(f"drain {node}: {out.outcome} {out.detail}".rstrip())
-    if args.resume_passing:
-        for node in analysis.passing_nodes:
-            if drain_mod.resume_if_ours(node, policy):
-                lines.append(f"resume {node}: resumed")
-            elif drain_mod.finish_burnin(node, policy.state_dir):
-                lines.append(f"resume {node}: passed burn-in, back in service "
-                             "(delete the reservation to open it to users)")
-            else:
-                lines.append(f"resume {node}: left as is")
-    return lines
-
-
-MATRIX_JSON_MAX = 256  # nodes up to which --json carries the matrix ("pairs" always)
-
-
 def _report(args: argparse.Namespace) -> int:
-    from slurmfabric.pairsweep.heatmap import BARS_FROM, render_bars, render_svg
+    from slurmfabric.pairsweep import burnin, summary
     from slurmfabric.pairsweep.plan import read_plan
-    from slurmfabric.pairsweep.report import (
-        analyze,
-        check_execution,
-        gpu_stage,
-        latest,
-        load_results,
-        matrix,
-        render_markdown,
-        render_table,
-        round_overlap,
-        slow_rails,
-        with_cables,
-        with_gpu_stage,
-    )
 
     results = Path(args.results)
-    if read_plan(results).get("pattern") == "k-batch":
-        return _report_batch(args, results)
-    plan, pairs = load_results(results)
-    nodes = plan["nodes"]
-    values, failed = latest(pairs)
-    judge = _judge(args, plan.get("judge"))
-    analysis = analyze(nodes, values, judge["threshold"], failed, judge["reference"],
-                       judge["expected"])
-    pairs_sweep = [r for r in pairs if not r.retest]
-    first = analysis
-    if len(pairs_sweep) < len(pairs):  # what the sweep alone said, before its retests
-        sweep_values, sweep_failed = latest(pairs_sweep)
-        first = analyze(nodes, sweep_values, judge["threshold"], sweep_failed,
-                        judge["reference"], judge["expected"])
-    recovered = [p for p in first.flagged if p not in set(analysis.flagged)]
-    rails = slow_rails(pairs, analysis)
-    analysis.messages.extend(rails)
-    cables = _cables(args, analysis, values) if args.topology else []
-    analysis = with_cables(analysis, cables)
-    drifted = []
-    if args.baseline:
-        from slurmfabric.pairsweep import baseline as baseline_mod
-
-        drifted = baseline_mod.drift(values, baseline_mod.read(args.baseline), args.drift)
-    verdicts = gpu_stage(results, plan)
-    analysis = with_gpu_stage(analysis, verdicts)
-    execution = check_execution(plan, pairs_sweep)
-    overlap = round_overlap(pairs_sweep)
-    gate = _gate(args, analysis) if (args.drain or args.resume_passing) else []
-    big = len(nodes) > MATRIX_JSON_MAX  # N x N cells: 67 million at 8,192 nodes
-    if args.svg and len(nodes) >= BARS_FROM:
-        Path(args.svg).write_text(render_bars(
-            nodes, analysis.node_median, analysis.reference,
-            f"pair sweep: {len(nodes)} nodes, {len(pairs_sweep)} pairs", analysis.messages[:20],
-            set(analysis.suspect_nodes)))
-    elif args.svg:
-        Path(args.svg).write_text(render_svg(
-            nodes, matrix(nodes, values), analysis.reference,
-            f"pair sweep: {len(pairs)} pairs, {len(plan['rounds'])} rounds",
-            analysis.messages, {frozenset(p) for p in failed}))
+    saved = read_plan(results)
+    if saved.get("pattern") == "k-batch":
+        return _report_batch(args, results, saved)
+    report = summary.build(results, _judge(args, saved.get("judge")), args.baseline,
+                           args.drift, args.topology, args.node_map)
+    if args.drain or args.resume_passing:
+        report.gate = burnin.gate(report.analysis,
+                                  burnin.policy(args.health_config, args.state_dir),
+                                  args.drain, args.resume_passing)
+    if args.svg:
+        Path(args.svg).write_text(report.svg())
     if args.json:
-        print(json.dumps({
-            "nodes": nodes, "rounds": [[list(p) for p in r] for r in plan["rounds"]],
-            "matrix": None if big else matrix(nodes, values), "reference": analysis.reference,
-            "node_median": analysis.node_median,
-            "pairs": [{"round": r.round, "pair": list(r.pair), "busbw": r.busbw, "rc": r.rc,
-                       "ran_on": r.ran_on, "error": r.error, "rails": r.rails}
-                      for r in pairs_sweep],
-            "slow_rails": rails,
-            "retests": [{"pass": r.retest, "round": r.round, "pair": list(r.pair),
-                         "busbw": r.busbw, "error": r.error} for r in pairs if r.retest],
-            "recovered": [list(p) for p in recovered],
-            "unresolved": [list(p) for p in analysis.unresolved], "judge": judge,
-            "behind_cables": analysis.behind_cables,
-            "cables": [{"cable": c.link.label, "node": c.access,
-                        "explains": [list(p) for p in c.explains], "commands": c.commands()}
-                       for c in cables],
-            "drift": [{"kind": d.kind, "what": d.what, "now": d.now, "baseline": d.baseline,
-                       "drop": round(d.drop, 4)} for d in drifted],
-            "low_pairs": [list(p) for p in analysis.low_pairs],
-            "suspect_nodes": analysis.suspect_nodes,
-            "slow_group": analysis.slow_group,
-            "suspect_links": [list(p) for p in analysis.suspect_links],
-            "messages": analysis.messages, "execution_problems": execution,
-            "rounds_concurrent": {str(k): v for k, v in overlap.items()}, "gate": gate,
-            "gpu_stage": verdicts,
-        }, indent=2))
+        print(json.dumps(report.to_dict(), indent=2))
     elif args.markdown:
-        print(render_markdown(nodes, values, analysis, [d.message() for d in drifted],
-                              recovered, len(pairs) - len(pairs_sweep)))
+        print(report.markdown())
     else:
-        print(render_table(nodes, values, analysis))
-        for item in drifted:
-            print(f"drift: {item.message()}")
-        for problem in execution:
-            print(f"! {problem}")
-        for rnd, ran_together in overlap.items():
-            if not ran_together:
-                print(f"note: the pairs of round {rnd} did not overlap in time")
-        for a, b in recovered:
-            print(f"note: pair {a}+{b} was low at first and fine when retested: not a suspect")
-        for line in gate:
-            print(line)
-    bad = (analysis.suspect_nodes or analysis.suspect_links or analysis.unresolved or execution
-           or drifted or cables or analysis.slow_group)
-    return 1 if bad else 0
+        print(report.text())
+    return 1 if report.failed_anything else 0
 
 
-def _report_batch(args: argparse.Namespace, results: Path) -> int:
-    """A k-batch sweep: each group's bus bandwidth, the nodes it names, the pair sweep
-    that resolves the rest."""
-    from slurmfabric.pairsweep.batch import analyze_batches
-    from slurmfabric.pairsweep.report import load_groups
+def _report_batch(args: argparse.Namespace, results: Path, saved: dict) -> int:
+    from slurmfabric.pairsweep import summary
 
     for option in ("baseline", "topology", "svg", "drain", "resume_passing"):
         if getattr(args, option):
             raise UsageError(f"--{option.replace('_', '-')} is for pair sweeps; this is a "
                              "k-batch sweep", hint="run the pair sweep its report prints")
-    plan, groups = load_groups(results)
-    judge = _judge(args, plan.get("judge"))
-    analysis = analyze_batches([(g.round, g.pair, g.busbw if g.ok else None) for g in groups],
-                               judge["threshold"], judge["reference"], judge["expected"])
-    follow = analysis.follow_up(plan["nodes"], str(results))
-    problems = [f"round {g.round} group {'+'.join(g.pair)}: {g.error}" for g in groups
-                if g.error and g.busbw is not None]
-    problems += [f"round {g.round}: group {'+'.join(g.pair)} ran on "
-                 f"{','.join(sorted(set(g.ran_on)))}" for g in groups
-                 if g.ran_on and sorted(set(g.ran_on)) != sorted(g.pair)]
-    if args.json:
-        print(json.dumps({
-            "pattern": "k-batch", "nodes": plan["nodes"], "reference": analysis.reference,
-            "judge": judge,
-            "groups": [{"round": g.round, "nodes": list(g.pair), "busbw": g.busbw,
-                        "rc": g.rc, "error": g.error} for g in groups],
-            "suspect_nodes": analysis.suspect_nodes, "unresolved": analysis.unresolved,
-            "unexplained": [{"round": r, "nodes": list(g)} for r, g in analysis.unexplained],
-            "messages": analysis.messages, "follow_up": follow,
-            "execution_problems": problems,
-        }, indent=2))
-    else:
-        ref = f"{analysis.reference:.1f} GB/s" if analysis.reference else "none"
-        print(f"k-batch sweep: {len(plan['nodes'])} nodes, {len(groups)} groups in "
-              f"{len(plan['rounds'])} rounds; reference {ref}, bar "
-              f"{100 * analysis.threshold:.0f} %")
-        for g in groups:
-            value = f"{g.busbw:8.1f}" if g.busbw is not None else "  failed"
-            print(f"  round {g.round} {value}  {','.join(g.pair)}"
-                  + (f"  ({g.error})" if g.error else ""))
-        for line in analysis.messages + [f"! {p}" for p in problems]:
-            print(line)
-        if follow:
-            print(f"next: {follow}")
-    bad = analysis.suspect_nodes or analysis.unresolved or analysis.unexplained or problems
-    return 1 if bad else 0
-
-
-def _cables(args: argparse.Namespace, analysis, values) -> list:
-    """The cables the topology puts on every path of a bad pair and on no good one."""
-    from slurmfabric._common.inputfile import read_text
-    from slurmfabric.ibaudit.names import load_namer
-    from slurmfabric.ibaudit.parse import parse_ibnetdiscover
-    from slurmfabric.pairsweep.paths import Fabric, shared_cables
-
-    topo = parse_ibnetdiscover(read_text(args.topology, "ibnetdiscover topology"))
-    fabric = Fabric.from_topology(topo, load_namer(args.node_map, None))
-    unknown = sorted(n for n in analysis.nodes if n not in fabric.hcas)
-    if len(unknown) == len(analysis.nodes):
-        raise UsageError(f"--topology {args.topology}: none of the sweep's nodes is in it",
-                         hint="HCA descriptions must start with the Slurm node name, or give "
-                         "--node-map")
-    bad = set(analysis.flagged)
-    good = sorted(p for p, v in values.items() if v is not None and p not in bad)
-    return shared_cables(fabric, sorted(bad), good)
+    report = summary.build_batch(results, _judge(args, saved.get("judge")))
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
+    return 1 if report.failed_anything else 0
 
 
 def _baseline(args: argparse.Namespace) -> int:
     from slurmfabric.pairsweep import baseline as baseline_mod
-    from slurmfabric.pairsweep.report import latest, load_results
 
-    sweeps = []
-    for results in args.results:
-        _, pairs = load_results(Path(results))
-        sweeps.append((str(Path(results).resolve()), latest(pairs)[0]))
-    data = baseline_mod.build(sweeps)
+    data = baseline_mod.from_sweeps([Path(r) for r in args.results])
     baseline_mod.write(Path(args.output), data)
     print(f"{args.output}: {len(data['nodes'])} nodes, {len(data['pairs'])} pairs from "
-          f"{len(sweeps)} sweep(s)")
-    return 0
-
-
-def _retest_plan(args: argparse.Namespace) -> int:
-    """The pairs of retest pass K, judged on everything measured so far; prints nothing
-    when nothing is left to retest (the job then stops retesting)."""
-    from slurmfabric.pairsweep.plan import schedule_pairs
-    from slurmfabric.pairsweep.report import analyze, latest, load_results, retest_pairs
-
-    plan, pairs = load_results(Path(args.results))
-    pairs = [r for r in pairs if r.retest < args.pass_]
-    judge = _judge(argparse.Namespace(reference=None, threshold=None, expected=None),
-                   plan.get("judge"))
-    values, failed = latest(pairs)
-    analysis = analyze(plan["nodes"], values, judge["threshold"], failed, judge["reference"],
-                       judge["expected"])
-    measured: dict[frozenset, int] = {}
-    for res in pairs:
-        measured[frozenset(res.pair)] = measured.get(frozenset(res.pair), 0) + 1
-    for i, rnd in enumerate(schedule_pairs(retest_pairs(analysis, 2, measured)), 1):
-        for a, b in rnd:
-            print(f"{i:02d} {a} {b}")
+          f"{len(data['sweeps'])} sweep(s)")
     return 0
 
 
@@ -594,7 +236,12 @@ def main(argv: list[str]) -> int:
     if args.action == "report":
         return _report(args)
     if args.action == "retest-plan":
-        return _retest_plan(args)
+        from slurmfabric.pairsweep.summary import retest_plan
+
+        for i, rnd in enumerate(retest_plan(Path(args.results), args.pass_), 1):
+            for a, b in rnd:
+                print(f"{i:02d} {a} {b}")
+        return 0
     if args.action == "baseline":
         return _baseline(args)
     if args.action == "rdma-step":

@@ -108,7 +108,7 @@ def _facts(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from slurmfabric.commands.health import _this_executable
+    from slurmfabric._common.executable import this_executable
     from slurmfabric.job import submit
     from slurmfabric.job.render import environment
     from slurmfabric.slurm.hostlist import expand
@@ -118,7 +118,7 @@ def _audit(args: argparse.Namespace) -> int:
     if not results.is_absolute():
         raise UsageError(f"--results {results} must be absolute",
                          hint="the compute nodes write there; use a shared path")
-    facts = [_this_executable(), "roce", "facts", "--output-dir", str(results),
+    facts = [this_executable(), "roce", "facts", "--output-dir", str(results),
              "--ethtool", args.ethtool, "--mlnx-qos", args.mlnx_qos, "--dcb", args.dcb,
              "--tool-timeout", f"{args.tool_timeout:g}"]
     if args.sysfs_root:

@@ -90,47 +90,6 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def svg(rows: list[dict], title: str) -> str:
-    """Step time against node count, one line per fabric (log2 x axis)."""
-    from xml.sax.saxutils import escape
-
-    width, height, left, top, plot_w, plot_h = 640, 360, 60, 40, 540, 260
-    counts = sorted({r["nodes"] for r in rows})
-    top_s = max(r["step_s"] for r in rows) * 1.1
-
-    def x(n: int) -> float:
-        span = max(len(counts) - 1, 1)
-        return left + plot_w * counts.index(n) / span
-
-    def y(s: float) -> float:
-        return top + plot_h * (1 - s / top_s)
-
-    colours = {"ib": "#1f77b4", "roce": "#2ca02c", "tcp": "#d62728"}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
-             f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{left}" y="20" font-size="14">{escape(title)}</text>',
-             f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" '
-             f'y2="{top + plot_h}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>']
-    for n in counts:
-        parts.append(f'<text x="{x(n):.1f}" y="{top + plot_h + 16}" font-size="11" '
-                     f'text-anchor="middle">{n}</text>')
-    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 16}" font-size="12" '
-                 'text-anchor="middle">nodes</text>')
-    parts.append(f'<text x="12" y="{top - 10}" font-size="12">step s (max {top_s:.1f})'
-                 '</text>')
-    for k, fabric in enumerate(sorted({r["fabric"] for r in rows})):
-        points = [(x(r["nodes"]), y(r["step_s"])) for r in rows if r["fabric"] == fabric]
-        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
-        colour = colours.get(fabric, "black")
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
-                     f'points="{path}"/>')
-        parts.append(f'<text x="{left + plot_w - 60}" y="{top + 16 * (k + 1)}" '
-                     f'font-size="12" fill="{colour}">{escape(fabric)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
-
-
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     job = job_from(args)
@@ -139,17 +98,15 @@ def main(argv: list[str]) -> int:
                          "between nodes")
     result = whatif.step(job)
     faults = whatif.faults(job)
-    rows = whatif.sweep(whatif.healthy(job), whatif.powers(job.nodes)) if args.sweep else []
-    if args.sweep and (job.slow_link or job.slow_gpu or not job.gdr):
-        rows += [dict(r, fabric=f"{r['fabric']}+fault") for r in whatif.sweep(
-            job, [n for n in whatif.powers(job.nodes) if n > 1], (job.fabric,))]
+    rows = whatif.sweep_rows(job) if args.sweep else []
     if args.svg:
         if not rows:
             raise UsageError("--svg draws the --sweep table; add --sweep")
         from slurmfabric.site.install import write_atomic
+        from slurmfabric.whatif import svg
 
-        write_atomic(args.svg, svg(rows, f"whatif: {job.params:.3g} parameters, "
-                                         f"{job.gpus_per_node} {job.gpu} per node"), 0o644)
+        title = f"whatif: {job.params:.3g} parameters, {job.gpus_per_node} {job.gpu} per node"
+        write_atomic(args.svg, svg.render(rows, title), 0o644)
     if args.json:
         print(json.dumps({"job": {k: v for k, v in vars(job).items()},
                           "step": result.to_dict(), "efficiency": whatif.efficiency(job),

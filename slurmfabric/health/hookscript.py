@@ -217,3 +217,25 @@ def install(dest: str, paths: HookPaths) -> list[str]:
         target.chmod(0o755)
         written.append(str(target))
     return written
+
+
+def install_hooks(dest: str, bin: str | None = None, config: str | None = None,
+                  log: str | None = None, prometheus: str | None = None,
+                  syslog_socket: str = DEFAULT_SYSLOG_SOCKET,
+                  max_seconds: int = DEFAULT_MAX_SECONDS) -> list[str]:
+    """``health install-hooks``: prove ``bin`` (default: this install's executable) runs,
+    take the log and metrics paths the wrappers report fail-opens to from the config's
+    [runner] (read leniently: a broken config must not stop the install that reports it),
+    then write the three wrappers. Nothing is written when ``bin`` is refused."""
+    from slurmfabric._common.executable import this_executable
+    from slurmfabric.health import siteconfig
+
+    exe = bin or this_executable()
+    check_binary(exe)
+    runner = siteconfig.salvage_runner(config)
+    paths = HookPaths(
+        bin=exe, config=config or DEFAULT_CONFIG,
+        log=log if log is not None else str(runner["log_file"]),
+        prometheus=prometheus if prometheus is not None else str(runner["prometheus_file"]),
+        syslog_socket=syslog_socket, max_seconds=max_seconds)
+    return install(dest, paths)

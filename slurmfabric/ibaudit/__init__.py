@@ -2,7 +2,8 @@
 
 ``runner`` runs the tools (with deadlines), ``parse`` turns their text into values,
 ``names`` maps HCAs to Slurm node names, ``audit`` turns links and counters into findings,
-``metrics`` writes Prometheus textfile metrics. The CLI is ``slurmfabric ib``.
+``metrics`` writes Prometheus textfile metrics, ``document`` saves an audit and reads it back
+as a baseline, ``drain`` drains the nodes a finding names. The CLI is ``slurmfabric ib``.
 """
 
 from __future__ import annotations

@@ -56,6 +56,18 @@ def build(sweeps: list[tuple[str, dict[Pair, float | None]]]) -> dict:
             "pairs": {p: _stats(v) for p, v in sorted(pairs.items())}}
 
 
+def from_sweeps(results: list[Path]) -> dict:
+    """``pairs baseline``: the baseline of these sweeps' results directories, each named by
+    its absolute path and judged by its pairs' last measurements (a retest replaces)."""
+    from slurmfabric.pairsweep.report import latest, load_results
+
+    sweeps = []
+    for path in results:
+        _, pairs = load_results(path)
+        sweeps.append((str(path.resolve()), latest(pairs)[0]))
+    return build(sweeps)
+
+
 def read(path: str) -> dict:
     from slurmfabric._common.inputfile import read_json, shape_error
 

@@ -227,3 +227,33 @@ def topology_rounds(fabric: Fabric, nodes: list[str], hops: list[int]) -> list[l
             paired = {n for p in done for n in p}
             waiting = [n for n in waiting if n not in paired]
     return rounds
+
+
+def rounds_from_file(topology: str, node_map: str | None, nodes: list[str],
+                     hops_text: str) -> list[list[Pair]]:
+    """``pairs submit --pattern topology``: read the ibnetdiscover file, check that every
+    node is in it and the distances (``--hops``, cables: 2 a leaf, 4 a spine, 6 a core) are
+    sane, then ``topology_rounds``."""
+    from slurmfabric._common.inputfile import read_text
+    from slurmfabric.errors import UsageError
+    from slurmfabric.ibaudit.names import load_namer
+    from slurmfabric.ibaudit.parse import parse_ibnetdiscover
+
+    try:
+        hops = [int(h) for h in hops_text.split(",") if h.strip()]
+    except ValueError:
+        raise UsageError(f"--hops {hops_text!r}: give even cable counts like 2,4,6") from None
+    if not hops or any(h < 2 or h > 64 for h in hops):
+        raise UsageError(f"--hops {hops_text!r}: give cable counts from 2 to 64, like 2,4,6")
+    fabric = Fabric.from_topology(parse_ibnetdiscover(read_text(topology,
+                                                                 "ibnetdiscover topology")),
+                                  load_namer(node_map, None))
+    missing = [n for n in nodes if n not in fabric.hcas]
+    if missing:
+        raise UsageError(f"--topology {topology}: no HCA of {', '.join(missing[:5])}",
+                         hint="HCA descriptions must start with the Slurm node name, or give "
+                         "--node-map")
+    rounds = topology_rounds(fabric, nodes, hops)
+    if not rounds:
+        raise UsageError(f"--hops {hops_text}: no two nodes are that far apart in the fabric")
+    return rounds

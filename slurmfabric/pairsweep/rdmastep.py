@@ -123,3 +123,22 @@ def split_rails(text: str) -> dict[str, str]:
         elif current is not None:
             rails[current].append(line)
     return {rail: "\n".join(lines) + "\n" for rail, lines in rails.items()}
+
+
+def step_command(exe: str, test: str, rails_text: str, cuda: bool,
+                 extra: list[str]) -> list[str]:
+    """The step of a per-rail perftest pair: ``slurmfabric pairs rdma-step`` on both tasks,
+    the tool reporting in Gb/s (``--report_gbits``: what the report reads). Rail names are
+    checked here, before they reach a job script."""
+    import re
+
+    from slurmfabric.errors import UsageError
+
+    rails = [r for r in rails_text.split(",") if r]
+    for rail in rails:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}(?::[0-9]{1,3})?", rail):
+            raise UsageError(f"--rails: {rail!r} is not an HCA name like mlx5_0 or mlx5_0:1")
+    argv = [exe, "pairs", "rdma-step", "--rails", ",".join(rails)]
+    if cuda:
+        argv.append("--cuda")
+    return [*argv, "--", test, "--report_gbits", *extra]

@@ -192,6 +192,16 @@ def sweep(job: Job, node_counts: list[int], fabrics: tuple[str, ...] = FABRICS
     return rows
 
 
+def sweep_rows(job: Job) -> list[dict]:
+    """The ``--sweep`` table: the healthy job over 1, 2, 4 ... nodes on every fabric, then,
+    when the job carries a fault, the faulty job on its own fabric (labelled ``+fault``)."""
+    rows = sweep(healthy(job), powers(job.nodes))
+    if job.slow_link or job.slow_gpu or not job.gdr:
+        rows += [dict(r, fabric=f"{r['fabric']}+fault") for r in sweep(
+            job, [n for n in powers(job.nodes) if n > 1], (job.fabric,))]
+    return rows
+
+
 # Published runs spread about 10 % below the NIC-bound figure (REFERENCES.md T9: 350-396
 # GB/s for 8 x 400G): the band nccl-tests parse and pairs report accept.
 BUSBW_TOLERANCE = 0.10

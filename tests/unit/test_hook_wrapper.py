@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from syslogsink import SyslogSink
 
+from slurmfabric.errors import UsageError
 from slurmfabric.health import hookscript
 
 NODE = "gpu042"
@@ -213,3 +214,22 @@ def test_install_hooks_bakes_the_config_paths(tmp_path) -> None:
     assert "SLURMFABRIC_HOOK_LOG=/var/log/sf/h.log\n" in text
     assert "SLURMFABRIC_HOOK_PROM='/var/lib/ne/{node}.prom'\n" in text
     assert f"SLURMFABRIC_BIN={exe}\n" in text
+
+
+def test_install_hooks_in_the_library_takes_defaults_from_the_config(tmp_path) -> None:
+    """hookscript.install_hooks owns the install (the command only prints its paths): the
+    config's [runner] paths unless given, explicit values win, a refused --bin writes
+    nothing."""
+    cfg = tmp_path / "health.toml"
+    cfg.write_text('[runner]\nlog_file = "/var/log/sf/h.log"\n'
+                   'prometheus_file = "/var/lib/ne/n.prom"\n')
+    exe = str(Path(sys.executable).parent / "slurmfabric")
+    written = hookscript.install_hooks(str(tmp_path / "hooks"), bin=exe, config=str(cfg),
+                                       prometheus="", max_seconds=30)
+    assert [Path(p).name for p in written] == [f"slurmfabric-{k}" for k in hookscript.HOOKS]
+    text = Path(written[0]).read_text()
+    assert text == hookscript.render("prolog", hookscript.HookPaths(
+        bin=exe, config=str(cfg), log="/var/log/sf/h.log", prometheus="", max_seconds=30))
+    with pytest.raises(UsageError, match="does not run as slurmfabric"):
+        hookscript.install_hooks(str(tmp_path / "none"), bin="/bin/false")
+    assert not (tmp_path / "none").exists()

@@ -177,3 +177,32 @@ def test_cli_drain_goes_through_health_drain(
     ]
     assert calls.call_args_list[1].args[2].startswith("sfn02 HCA-1/1 <-> leaf1/2: 4X")
     assert "drain sfn03: drained" in capsys.readouterr().err
+
+
+def test_a_saved_audit_read_back_as_baseline_gives_the_same_findings(tmp_path: Path) -> None:
+    """ibaudit/document.py owns the format both ways: the links and counters a saved audit
+    holds come back equal, so an audit against the file finds what one against the
+    in-memory links and counters finds (a link gone, a counter grown since)."""
+    from slurmfabric.ibaudit import document
+
+    namer = names.NodeNamer()
+    healthy = fa.build_links(parse.parse_iblinkinfo(
+        (FIX / "sim_healthy_iblinkinfo_line.txt").read_text()), namer)
+    faulty = fa.build_links(parse.parse_iblinkinfo(
+        (FIX / "sim_faulty_iblinkinfo_line.txt").read_text()), namer)
+    key = healthy[0].a.key
+    before = {key: {"SymbolErrorCounter": 100}}
+    saved = document.AuditDocument(created=1.5, findings=[], links=healthy, counters=before)
+    path = tmp_path / "audit.json"
+    saved.save(path)
+    assert json.loads(path.read_text()) == json.loads(json.dumps(saved.to_dict()))
+    base = document.load_baseline(str(path))
+    assert base.links == healthy and base.counters == before
+    now = {key: {"SymbolErrorCounter": 120}}
+    from_file = fa.audit(faulty, now, expected=base.links, baseline_counters=base.counters)
+    in_memory = fa.audit(faulty, now, expected=healthy, baseline_counters=before)
+    assert from_file == in_memory
+    assert {f.check for f in from_file} >= {"link-down", "port-errors"}
+    path.write_text('{"version": 1, "findings": []}')
+    with pytest.raises(UsageError, match="has no 'links'"):
+        document.load_baseline(str(path))

@@ -93,3 +93,59 @@ def test_every_stable_api_name_resolves() -> None:
         assert getattr(slurmfabric, name) is getattr(importlib.import_module(module), attr)
     assert {"render_sbatch", "load_config", "sbatch", "make_plan", "task_env",
             "Checkpoints"} <= set(slurmfabric.__all__)
+
+
+COMMANDS = PACKAGE / "commands"
+COMMAND_MAX_LINES = 300
+
+
+def test_no_command_module_is_over_300_lines() -> None:
+    """A command parses and prints; one past 300 lines has grown decisions that belong in
+    the library below it (issue 30: pairs.py had reached 611)."""
+    long = {p.name: n for p in sorted(COMMANDS.glob("*.py"))
+            if (n := len(p.read_text().splitlines())) > COMMAND_MAX_LINES}
+    assert long == {}
+
+
+def _private_command_names(source: str, module: str) -> list[str]:
+    """``commands.X._name`` that ``source`` (the commands module ``module``) uses from another
+    commands module: imported by name, or read as an attribute of the imported module."""
+    found = []
+    aliases: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "slurmfabric.commands"):
+            for alias in node.names:
+                if node.module == "slurmfabric.commands":  # a whole command module
+                    aliases[alias.asname or alias.name] = alias.name
+                elif node.module != f"slurmfabric.commands.{module}" and \
+                        alias.name.startswith("_"):
+                    found.append(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("slurmfabric.commands.") and alias.asname:
+                    aliases[alias.asname] = alias.name.rpartition(".")[2]
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr.startswith("_")
+                and aliases[node.value.id] != module):
+            found.append(f"slurmfabric.commands.{aliases[node.value.id]}.{node.attr}")
+    return sorted(found)
+
+
+def test_the_private_name_reader_finds_both_forms() -> None:
+    # A reader that misses a form would pass the check below on any tree.
+    source = ("from slurmfabric.commands.health import _this_executable\n"
+              "from slurmfabric.commands._args import number\n"
+              "from slurmfabric.commands import env as env_cmd\n"
+              "env_cmd._build()\nenv_cmd.build_task()\n")
+    assert _private_command_names(source, "pairs") == [
+        "slurmfabric.commands.env._build", "slurmfabric.commands.health._this_executable"]
+
+
+def test_no_command_uses_another_commands_private_name() -> None:
+    """What two commands share is a public name (``_args.number``, ``env.build_task``), or a
+    library function; a private name of another command is a decision in the wrong place."""
+    used = {p.stem: names for p in sorted(COMMANDS.glob("*.py"))
+            if (names := _private_command_names(p.read_text(), p.stem))}
+    assert used == {}

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from slurmfabric.commands import pairs as cmd
 from slurmfabric.errors import UsageError
 from slurmfabric.nccl.tests import parse
+from slurmfabric.pairsweep import summary
 from slurmfabric.pairsweep.heatmap import render_svg
 from slurmfabric.pairsweep.plan import (
     SweepPlan,
@@ -272,7 +273,7 @@ def test_a_large_sweep_prints_nodes_not_a_matrix(tmp_path, capsys, monkeypatch):
     assert lines[0] == "40 nodes, 780 pairs; the 20 lowest node medians:"
     assert lines[2].split() == ["n17", "178.6!", "39", "39"]  # the suspect first
     assert len(lines) < 30  # not 41 rows of 40 cells
-    monkeypatch.setattr(cmd, "MATRIX_JSON_MAX", 16)
+    monkeypatch.setattr(summary, "MATRIX_JSON_MAX", 16)
     assert cmd.main(["report", str(plan.results), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["matrix"] is None and len(data["pairs"]) == 780

@@ -158,3 +158,21 @@ def test_the_testbed_shape_sweeps_over_tcp() -> None:
     assert [r[1] for r in rows] == ["1", "2", "4"]
     assert float(rows[1][3]) == pytest.approx(10 / 8 * whatif.TCP_EFFICIENCY)  # 0.5 GB/s
     assert float(rows[2][2]) > float(rows[0][2])  # more nodes, slower steps over TCP
+
+
+def test_the_sweep_plot_draws_one_line_per_fabric_and_escapes_the_title() -> None:
+    """whatif/svg.py owns the picture: one polyline per fabric of the rows it is given
+    (the faulty job's ``+fault`` rows are a fabric of their own), markup in a title escaped."""
+    import xml.etree.ElementTree as ET
+
+    from slurmfabric.whatif import svg
+
+    faulty = job(nodes=8, gpus_per_node=8, slow_link=("n3", 0.5))
+    rows = whatif.sweep_rows(faulty)
+    assert {r["fabric"] for r in rows} == {"ib", "roce", "tcp", "ib+fault"}
+    root = ET.fromstring(svg.render(rows, "a <b> & c"))
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f"{ns}polyline")) == 4
+    assert root.find(f"{ns}text").text == "a <b> & c"
+    plain = whatif.sweep_rows(whatif.healthy(faulty))  # no fault: no "+fault" rows
+    assert rows[:len(plain)] == plain and len(rows) > len(plain)
