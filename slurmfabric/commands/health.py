@@ -16,7 +16,7 @@ import os
 from slurmfabric.commands._args import number
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmfabric health",
         description="Node health checks, Slurm prolog/epilog hooks, drain and resume.",
@@ -185,7 +185,7 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action in ("prolog", "epilog", "periodic"):
         from slurmfabric.health.hooks import run_hook
 

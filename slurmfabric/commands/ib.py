@@ -54,7 +54,7 @@ def _tools(args: argparse.Namespace) -> runner.Tools:
     return tools
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmfabric ib", description="InfiniBand fabric audit with infiniband-diags"
     )
@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action == "links":
         return _links(args)
     return _audit(args)

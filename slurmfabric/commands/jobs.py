@@ -20,7 +20,7 @@ from dataclasses import asdict
 from slurmfabric.commands._args import number
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slurmfabric jobs",
                                 description="follow jobs after submit: status, logs, wait, "
                                 "cancel, list, and why a job failed")
@@ -83,7 +83,7 @@ def _follow(job, rank) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     from slurmfabric.job.follow import Job, load_records
 
     if args.action == "list":

@@ -14,7 +14,7 @@ from slurmfabric.errors import UsageError
 from slurmfabric.nccl.log import LogReport, merge, parse_log
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurmfabric nccl-log",
         description="Summarise NCCL_DEBUG=INFO output per rank (network, devices, GPUDirect "
@@ -63,7 +63,7 @@ def render_table(report: LogReport) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     reports = [
         parse_log(_read(path), source=path, expect_gdr=args.expect_gdr,
                   allow_socket=args.allow_socket)

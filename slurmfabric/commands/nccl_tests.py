@@ -18,7 +18,7 @@ from slurmfabric.nccl.tests import (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurmfabric nccl-tests",
         description="Work with nccl-tests output (all_reduce_perf, all_gather_perf, ...).",
@@ -102,7 +102,7 @@ def _render(runs: list[TestRun], verdicts, rates, fabric: str = "ib") -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     args.fabric = "ib"
     rates = _rates(args)
     from slurmfabric._common.inputfile import read_log_lines

@@ -11,7 +11,7 @@ from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurmfabric pairs",
         description="Test every node pair in rounds (each node once per round) and name the "
@@ -230,7 +230,7 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action == "submit":
         return _submit(args)
     if args.action == "report":

@@ -36,7 +36,7 @@ def _signal(text: str) -> str:
     return name
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slurmfabric resume",
                                 description="survive timeout, preemption, node and worker "
                                 "failure; report what each restart cost")
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action == "supervise":
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:

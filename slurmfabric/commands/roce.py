@@ -24,7 +24,7 @@ def _tool_options(p: argparse.ArgumentParser) -> None:
                    help="seconds before a tool is killed (default 5)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slurmfabric roce", description="RoCE lossless setup: "
                                 "trust, PFC, ECN, ToS, MTU and the pause/loss counters.")
     sub = p.add_subparsers(dest="action", required=True)
@@ -190,7 +190,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action == "facts":
         return _facts(args)
     if args.action == "audit":

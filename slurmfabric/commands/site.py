@@ -51,7 +51,7 @@ def taskprolog_main(argv: list[str]) -> int:
     return taskprolog.main(dict(os.environ), root, fabric, plan)
 
 
-def _parser():
+def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     p = argparse.ArgumentParser(prog="slurmfabric site", description="Cluster-wide hooks: "
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0 if argv else 2
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     from slurmfabric.site import clifilter, install
 
     if args.action == "cli-filter":

@@ -13,7 +13,7 @@ UP_OPTIONS = ("nodes", "prefix", "cpus", "ctld_port", "node_port_base", "addr_pr
               "accounting")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurmfabric testbed",
         description="A real Slurm cluster on this machine: munged, slurmctld and one slurmd "
@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     state_dir = args.state_dir or default_state_dir()
     if args.action == "up":
         saved = Testbed.from_state(state_dir)

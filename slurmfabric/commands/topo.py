@@ -15,7 +15,7 @@ from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmfabric topo",
         description="Discover GPUs, RDMA NICs and NUMA layout and show the NCCL/NUMA plan. "
@@ -96,7 +96,7 @@ def _snapshot(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["snapshot"]:
         return _snapshot(argv[1:])
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     from slurmfabric.plan import make_plan, visible_gpus_from_env
     from slurmfabric.topology import discover
 

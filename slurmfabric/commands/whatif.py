@@ -12,7 +12,7 @@ from slurmfabric.errors import UsageError
 from slurmfabric.whatif import model as whatif
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurmfabric whatif",
         description="Step time of a data-parallel or sharded training job on 1-N nodes over "
@@ -91,7 +91,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     job = job_from(args)
     if args.halve_cable and job.nodes == 1:
         raise UsageError("--halve-cable needs --nodes 2 or more: one node has no cable "
