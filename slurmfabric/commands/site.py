@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported on use: the TaskProlog path starts without argparse
+    import argparse
 
 USAGE = """\
 usage: slurmfabric site taskprolog [--sysfs-root PATTERN] [--fabric-type T] [--no-plan]
