@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import roce_nodes
+from cleanenv import clean_env
 from helpers import write_config
 from roce_nodes import NETDEVS, PROFILE, outputs, recorded
 
@@ -177,7 +178,7 @@ def test_the_health_hooks_drain_a_misconfigured_port_with_the_setting(tmp_path) 
         **paths, "mlnx_qos": paths["mlnx_qos"]}], runner={"drain": False})
     proc = subprocess.run([sys.executable, "-m", "slurmfabric", "health", "check", "--config",
                            str(cfg), "--json"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "local"})
+                          env=clean_env(PATH="/usr/bin:/bin", SLURMD_NODENAME="local"))
     report = json.loads(proc.stdout)
     check = next(c for c in report["checks"] if c["check"] == "rdma.roce_qos")
     assert proc.returncode == 1 and check["status"] == "fail", proc.stdout
@@ -301,7 +302,7 @@ def test_health_check_speaks_node_problem_detector_and_node_conditions(tmp_path)
         "match": "*", "sysfs_root": str(root), "gpus": 0, "roce_profile": PROFILE, **paths}],
         runner={"drain": False})
     base = [sys.executable, "-m", "slurmfabric", "health", "check", "--config", str(cfg)]
-    env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "local"}
+    env = clean_env(PATH="/usr/bin:/bin", SLURMD_NODENAME="local")
     npd = subprocess.run([*base, "--npd"], capture_output=True, text=True, env=env)
     assert npd.returncode == 1 and len(npd.stdout.strip()) <= 80
     assert npd.stdout.startswith("rdma.roce_qos: mlx5_1:1 (ens2np0): trust pcp")

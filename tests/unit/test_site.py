@@ -15,6 +15,7 @@ from pathlib import Path
 import fakesysfs
 import nodes
 import pytest
+from cleanenv import clean_env
 
 from slurmfabric.errors import ConfigError
 from slurmfabric.site import clifilter, taskprolog
@@ -25,14 +26,15 @@ CPUS = sorted(os.sched_getaffinity(0))
 def task_env(tmp: Path, **extra: str) -> dict[str, str]:
     """Task 1 of a 2-node, 4-task srun step on sfn1, as slurmstepd gives it to TaskProlog
     (variables observed on the testbed, Slurm 22.05)."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "TMPDIR": str(tmp),
-           "SLURM_JOB_ID": "77", "SLURM_PROCID": "1", "SLURM_NTASKS": "4",
-           "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "sfn[1-2]",
-           "SLURM_STEP_NODELIST": "sfn[1-2]", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
-           "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "4",
-           "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "2(x2)",
-           "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURMD_NODENAME": "sfn1",
-           "SLURMFABRIC_ALLOW_LOOPBACK": "1"}
+    env = clean_env(PATH=os.environ["PATH"], HOME=str(tmp), TMPDIR=str(tmp))
+    env.update({
+        "SLURM_JOB_ID": "77", "SLURM_PROCID": "1", "SLURM_NTASKS": "4",
+        "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "sfn[1-2]",
+        "SLURM_STEP_NODELIST": "sfn[1-2]", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
+        "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "2(x2)",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURMD_NODENAME": "sfn1",
+        "SLURMFABRIC_ALLOW_LOOPBACK": "1"})
     env.update(extra)
     return env
 
