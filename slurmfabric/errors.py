@@ -47,6 +47,11 @@ class TopologyError(SlurmfabricError):
     """Discovery could not make sense of the node."""
 
 
+class SnapshotError(UsageError, TopologyError):
+    """A topology snapshot file the user named is missing or is not one: bad input (exit 2),
+    still a TopologyError for callers that catch discovery failures."""
+
+
 class RankEnvError(SlurmfabricError):
     """A Slurm variable needed for the rank environment is missing or inconsistent."""
 

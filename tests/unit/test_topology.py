@@ -286,3 +286,25 @@ def test_root_from_environment_and_json_output_replays(
     assert replace(replay, root="") == replace(
         discover(built["sriov"]), root=""
     )
+
+
+def test_a_snapshot_of_zeros_is_refused_at_once_as_bad_input(tmp_path) -> None:
+    """100 MB of zeros: ``tarfile.is_tarfile`` spent 17 s in the xz decoder (zeros are xz
+    stream padding) before refusing it; the magic numbers decide in microseconds, and the
+    refusal is bad input (exit 2), not a discovery failure."""
+    import time
+
+    from slurmfabric.errors import UsageError
+
+    zeros = tmp_path / "zeros"
+    with open(zeros, "wb") as handle:
+        handle.truncate(100 << 20)
+    start = time.monotonic()
+    with pytest.raises(UsageError, match="neither a tarball nor JSON") as caught:
+        snapshot.load(zeros)
+    assert time.monotonic() - start < 5, "the refusal must not decode 100 MB"
+    assert caught.value.exit_code == 2
+    assert snapshot.tar_mode(b"\x1f\x8b" + bytes(600)) == "r:gz"
+    assert snapshot.tar_mode(bytes(257) + b"ustar\x0000" + bytes(300)) == "r:"
+    assert snapshot.tar_mode(b"\xfd7zXZ\x00" + bytes(10)) == "r:xz"
+    assert snapshot.tar_mode(bytes(600)) is None
