@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
             "and pass its output",
         )
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2))
     else:
         print(render_table(report))
     return EXIT[report.verdict()]

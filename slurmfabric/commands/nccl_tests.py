@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     verdicts = [judge(run, rates, args.expect_busbw, args.fabric) for run in runs]
     if args.json:
         print(json.dumps(
-            {"runs": [dict(run.as_dict(), verdict=v.as_dict()) for run, v in zip(runs, verdicts)],
+            {"runs": [dict(run.to_dict(), verdict=v.to_dict()) for run, v in zip(runs, verdicts)],
              "ok": all(v.ok for v in verdicts)},
             indent=2,
         ))

@@ -88,7 +88,7 @@ class Problem:
     remedy: str
     where: str = ""
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -152,7 +152,7 @@ class RankInfo:
             t.startswith("NET/Socket") for t in self.transports
         )
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         data = asdict(self)
         data.update(key=self.key, gdr=self.gdr, uses_socket=self.uses_socket)
         return data
@@ -176,13 +176,13 @@ class LogReport:
             return "UNKNOWN"
         return "OK"
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "version": self.version,
             "ok": self.verdict() == "OK",
             "verdict": self.verdict(),
-            "ranks": [r.as_dict() for r in self.ranks],
-            "problems": [p.as_dict() for p in self.problems],
+            "ranks": [r.to_dict() for r in self.ranks],
+            "problems": [p.to_dict() for p in self.problems],
         }
 
 

@@ -115,7 +115,7 @@ class TestRun:
         row = self.large_message_row()
         return None if row is None else row.busbw
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         data = asdict(self)
         row = self.large_message_row()
         data.update(
@@ -333,7 +333,7 @@ class Verdict:
     busbw: float | None
     expected: tuple[float, float] | None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
