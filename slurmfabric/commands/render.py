@@ -48,6 +48,10 @@ def chosen_bin(args: argparse.Namespace, config: Any) -> str | None:
             raise UsageError("--embed-bin and --slurmfabric-bin cannot be combined")
         override = render.local_slurmfabric_bin()
     path = render.node_bin(config, override)
+    from slurmfabric.job.expansion import lookalikes
+
+    for line in lookalikes(config):
+        print(f"slurmfabric: warning: {line}", file=sys.stderr)
     why = render.login_only_path(path)
     if why:
         print(f"slurmfabric: warning: the script runs {path} on every node, but {why}; "

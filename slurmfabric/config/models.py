@@ -308,6 +308,10 @@ class ProgramSection(Section):
     command: list[str] = Field(default_factory=list)
     workdir: Optional[str] = None
     env: dict[str, str] = Field(default_factory=dict)
+    # Explicit run-time expansion (job/expansion.py); values in ``env`` stay data.
+    env_prepend: dict[str, str] = Field(default_factory=dict)
+    env_append: dict[str, str] = Field(default_factory=dict)
+    env_expand: dict[str, str] = Field(default_factory=dict)
     container_image: Optional[str] = None
     container_mounts: list[str] = Field(default_factory=list)
     modules: list[str] = Field(default_factory=list)
@@ -348,7 +352,7 @@ class ProgramSection(Section):
                 )
         return value
 
-    @field_validator("env", mode="before")
+    @field_validator("env", "env_prepend", "env_append", "env_expand", mode="before")
     @classmethod
     def _env_values(cls, value: Any) -> Any:
         # TOML `OMP_NUM_THREADS = 4` is meant as the string "4".
@@ -360,7 +364,7 @@ class ProgramSection(Section):
             }
         return value
 
-    @field_validator("env")
+    @field_validator("env", "env_prepend", "env_append", "env_expand")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         bad = [k for k in value if not _ENV_NAME.match(k)]
@@ -513,7 +517,8 @@ def resume_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
 
 # Fields whose text is free (textcheck.py): what the program receives, byte for byte.
 _FREE_TEXT = {("program", "command"), ("launcher", "srun_args"), ("launcher", "mpirun_args"),
-              ("program", "env")}
+              ("program", "env"), ("program", "env_prepend"), ("program", "env_append"),
+              ("program", "env_expand")}
 
 
 def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:

@@ -50,7 +50,8 @@ class TomlFileSource(PydanticBaseSettingsSource):
 
 
 # Dict fields whose keys are environment variable names: their case matters.
-_CASED_DICTS = (("program", "env"), ("fabric", "nccl"))
+_CASED_DICTS = (("program", "env"), ("program", "env_prepend"), ("program", "env_append"),
+                ("program", "env_expand"), ("fabric", "nccl"))
 
 
 class EnvSource(EnvSettingsSource):

@@ -38,6 +38,14 @@ def _name(config: Any) -> str:
 
 
 def _env(config: Any) -> list[dict[str, str]]:
+    program = config.program
+    for field in ("env_prepend", "env_append", "env_expand"):
+        if getattr(program, field):
+            # A pod's env has no shell: Kubernetes expands only $(VAR) of variables defined
+            # earlier in the same container, not the image's (API reference, EnvVar.value).
+            raise UsageError(f"program.{field} has no Kubernetes form: the pod's variables "
+                             "are set without a shell",
+                             hint=f"put the full value in program.env, or drop program.{field}")
     values = {**{k: str(v) for k, v in config.fabric.nccl.items()},
               **{k: str(v) for k, v in config.program.env.items()}}
     if config.fabric.type != "auto":

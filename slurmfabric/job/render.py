@@ -25,6 +25,7 @@ from slurmfabric import __version__
 from slurmfabric._common.textcheck import shell_word
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import ConfigError
+from slurmfabric.job import expansion
 from slurmfabric.job.options import sbatch_options, shape  # the #SBATCH lines: options.py
 
 CONFIG_MARKER = "# slurmfabric-config: "
@@ -129,7 +130,10 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         finalize=_finalize,
     )
-    env.filters.update(q=q, qargs=qargs, path=path_word, sbatch=sbatch_option, comment=comment)
+    env.filters.update(q=q, qargs=qargs, path=path_word, sbatch=sbatch_option, comment=comment,
+                       env_prepend=lambda n, v: Shell(expansion.prepend_export(n, v, q)),
+                       env_append=lambda n, v: Shell(expansion.append_export(n, v, q)),
+                       env_expand=lambda n, v: Shell(expansion.expand_export(n, v, q)))
     return env
 
 

@@ -73,6 +73,10 @@ FIELDS: dict[str, tuple[str, str | None]] = {
     "program.workdir": ("workdir", None),
     "program.env.HX_VALUE": ("env_value", None),
     "program.env.<name>": ("env_name", None),
+    # added to what HX_PATH holds at run time (unset here, so exactly the value)
+    "program.env_prepend.HX_PATH": ("env_value", None),
+    # ${NAME} expands at run time (so no exact value to compare); nothing else may run
+    "program.env_expand.HX_VALUE": ("env_value", None),
     "program.container_image": ("image", "srun"),
     "program.container_mounts[]": ("mount", "srun"),
     "program.modules[]": ("module", None),
@@ -344,7 +348,8 @@ def _run(case: Case, stubs: Path, config: object) -> list[str]:
         cwd = (case.dir / "rec.cwd").read_bytes().decode("utf-8", "surrogateescape").rstrip("\n")
         if cwd != str(case.dir / value):
             wrong.append(f"cwd {cwd!r} != {str(case.dir / value)!r}")
-    if case.field in ("program.env.HX_VALUE", "fabric.nccl.NCCL_DEBUG"):
+    if case.field in ("program.env.HX_VALUE", "fabric.nccl.NCCL_DEBUG",
+                      "program.env_prepend.HX_PATH"):
         name = case.field.rsplit(".", 1)[1]
         pairs = (case.dir / "rec.env").read_bytes().split(b"\x00")
         got = [p.split(b"=", 1)[1].decode("utf-8", "surrogateescape") for p in pairs
