@@ -34,7 +34,7 @@ def _exports(script: str, names: tuple[str, ...], preset: dict[str, str]) -> dic
              if line.startswith(tuple(f"export {n}=" for n in names))]
     probe = "; ".join(f'printf "%s\\0" "${{{n}-<unset>}}"' for n in names)
     proc = subprocess.run(["bash", "-u", "-c", "\n".join([*lines, probe])],
-                          env=clean_env(PATH="/usr/bin:/bin", **preset),
+                          env=clean_env(**{"PATH": "/usr/bin:/bin", **preset}),
                           capture_output=True, text=True, check=True)
     return dict(zip(names, proc.stdout.split("\0")[:-1]))
 
@@ -131,3 +131,21 @@ def test_kubernetes_refuses_what_it_cannot_express() -> None:
                                'program.env_prepend.LD_LIBRARY_PATH=/opt/efa/lib'])
     with pytest.raises(UsageError, match="program.env_prepend has no Kubernetes form"):
         k8s.build(config, "pytorchjob")
+
+
+def test_the_docs_block_renders_what_it_says(tmp_path: Path) -> None:
+    """docs/launch.md's example, loaded as written, gives the values its comments promise."""
+    import re
+
+    text = (Path(__file__).parents[2] / "docs" / "launch.md").read_text()
+    block = re.search(r"```toml\n(\[program.env_prepend\].*?)```", text, re.S).group(1)
+    job = tmp_path / "job.toml"
+    job.write_text('[launcher]\ntype = "srun"\n[job]\ngpus_per_node = 1\n'
+                   '[program]\ncommand = ["train"]\n' + block)
+    script = render_env_block(load_config(str(job)))
+    held = _exports(script, ("LD_LIBRARY_PATH", "PATH", "CHECKPOINT_DIR"),
+                    {"LD_LIBRARY_PATH": "/usr/lib/x", "PATH": "/usr/bin", "USER": "ada",
+                     "SLURM_JOB_ID": "7"})
+    assert held == {"LD_LIBRARY_PATH": "/opt/efa/lib:/usr/lib/x",
+                    "PATH": "/usr/bin:/opt/amazon/efa/bin",
+                    "CHECKPOINT_DIR": "/scratch/ada/7"}
