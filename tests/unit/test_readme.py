@@ -25,6 +25,7 @@ import fakesysfs
 import nodes
 import pytest
 import readme_examples
+from cleanenv import clean_env
 
 import slurmfabric
 
@@ -376,8 +377,9 @@ def _env(work: Path, **extra: str) -> dict[str, str]:
             stub = bin_dir / tool
             stub.write_text(f'#!/bin/sh\necho "$@" >> "{work}/{tool}.calls"\nexit 1\n')
             stub.chmod(0o755)
-    return {"PATH": f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8",
-            "SLURMFABRIC_SITE_DEFAULTS": "", "SLURMFABRIC_PORT_DIR": str(work / "ports"), **extra}
+    return clean_env(**{"PATH": f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin", "HOME": str(work),
+                        "LANG": "C.UTF-8", "SLURMFABRIC_SITE_DEFAULTS": "",
+                        "SLURMFABRIC_PORT_DIR": str(work / "ports"), **extra})
 
 
 PAGES = readme_examples.pages()

@@ -297,8 +297,15 @@ def test_install_writes_the_hooks_and_prints_the_conf_lines(tmp_path, roots, cap
         assert subprocess.run(["shellcheck", str(dest / "slurmfabric-taskprolog")]).returncode \
             == 0
     assert main(["site", "install", str(tmp_path / "x"), "--python", "python3"]) == 2
-    # The installed script itself, as slurmstepd runs it (no PATH), prints the plan.
-    assert main(["site", "install", str(tmp_path / "real"), "--sysfs-root", roots]) == 0
+    # The installed script itself, as slurmstepd runs it (no PATH), prints the plan. It runs
+    # Python isolated (-I ignores PYTHONPYCACHEPREFIX), so this interpreter gets the bytecode
+    # prefix as an -X option, which -I keeps: nothing is written into the checkout.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X pycache_prefix='
+                      f'{os.environ["PYTHONPYCACHEPREFIX"]} "$@"\n')
+    python.chmod(0o755)
+    assert main(["site", "install", str(tmp_path / "real"), "--sysfs-root", roots,
+                 "--python", str(python)]) == 0
     env = {k: v for k, v in task_env(tmp_path).items() if k != "PATH"}
     ran = subprocess.run([str(tmp_path / "real" / "slurmfabric-taskprolog")], env=env,
                          capture_output=True, text=True)
