@@ -5,6 +5,8 @@ HYPOTHESIS_STORAGE_DIRECTORY, and nothing else from the caller's environment."""
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 KEEP = ("PYTHONPYCACHEPREFIX", "HYPOTHESIS_STORAGE_DIRECTORY")
 
@@ -14,3 +16,13 @@ def clean_env(**variables: str) -> dict[str, str]:
     env = {name: os.environ[name] for name in KEEP if name in os.environ}
     env.update(variables)
     return env
+
+
+def python_with_prefix(directory: Path) -> Path:
+    """An interpreter for scripts that run Python isolated (``-I``, like the TaskProlog):
+    -I ignores PYTHONPYCACHEPREFIX, but keeps ``-X pycache_prefix``, which this wrapper adds."""
+    wrapper = Path(directory) / "python-with-pycache-prefix"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -X pycache_prefix='
+                       f'{os.environ["PYTHONPYCACHEPREFIX"]} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper

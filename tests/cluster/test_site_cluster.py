@@ -16,6 +16,7 @@ from pathlib import Path
 import fakesysfs
 import nodes
 import pytest
+from cleanenv import python_with_prefix
 from testbed_cluster import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -47,7 +48,7 @@ def site(cluster: Cluster, tmp_path: Path, request) -> Path:
     hooks = tmp_path / "hooks"
     out = cluster.run([sys.executable, "-m", "slurmfabric", "site", "install", str(hooks),
                        "--config", str(config), "--sysfs-root", f"{roots}/{{node}}",
-                       "--python", sys.executable]).stdout
+                       "--python", str(python_with_prefix(tmp_path))]).stdout
     conf = [line for line in out.splitlines() if re.match(r"^(TaskProlog|CliFilter)", line)]
     assert conf == [f"TaskProlog={hooks.resolve()}/slurmfabric-taskprolog",
                     "CliFilterPlugins=cli_filter/lua"], out

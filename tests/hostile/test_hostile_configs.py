@@ -319,6 +319,7 @@ def _prepare_sandbox(case: Case, stubs: Path, config: object) -> dict[str, str]:
         "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
         "SLURMD_NODENAME": "n1", "SLURMFABRIC_PORT_DIR": str(case.dir / "ports"),
         "LANG": "C.UTF-8", "HOME": str(case.dir),
+        "PYTHONPYCACHEPREFIX": os.environ["PYTHONPYCACHEPREFIX"],  # no bytecode in the checkout
     }
 
 
@@ -496,6 +497,7 @@ def _command_case(root: Path, stubs: Path, index: int, field: str | None,
         "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2",
         "SLURM_NODEID": "0", "SLURMD_NODENAME": "n1", "LANG": "C.UTF-8", "HOME": str(here),
         "SLURMFABRIC_PORT_DIR": str(here / "ports"), "CDPATH": str(here / "decoy"),
+        "PYTHONPYCACHEPREFIX": os.environ["PYTHONPYCACHEPREFIX"],  # no bytecode in the checkout
     }
     return here, None, env
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import fakesysfs
 import nodes
 import pytest
-from cleanenv import clean_env
+from cleanenv import clean_env, python_with_prefix
 
 from slurmfabric.errors import ConfigError
 from slurmfabric.site import clifilter, taskprolog
@@ -300,10 +300,7 @@ def test_install_writes_the_hooks_and_prints_the_conf_lines(tmp_path, roots, cap
     # The installed script itself, as slurmstepd runs it (no PATH), prints the plan. It runs
     # Python isolated (-I ignores PYTHONPYCACHEPREFIX), so this interpreter gets the bytecode
     # prefix as an -X option, which -I keeps: nothing is written into the checkout.
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X pycache_prefix='
-                      f'{os.environ["PYTHONPYCACHEPREFIX"]} "$@"\n')
-    python.chmod(0o755)
+    python = python_with_prefix(tmp_path)
     assert main(["site", "install", str(tmp_path / "real"), "--sysfs-root", roots,
                  "--python", str(python)]) == 0
     env = {k: v for k, v in task_env(tmp_path).items() if k != "PATH"}
