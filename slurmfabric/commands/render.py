@@ -48,10 +48,6 @@ def chosen_bin(args: argparse.Namespace, config: Any) -> str | None:
             raise UsageError("--embed-bin and --slurmfabric-bin cannot be combined")
         override = render.local_slurmfabric_bin()
     path = render.node_bin(config, override)
-    from slurmfabric.job.expansion import lookalikes
-
-    for line in lookalikes(config):
-        print(f"slurmfabric: warning: {line}", file=sys.stderr)
     why = render.login_only_path(path)
     if why:
         print(f"slurmfabric: warning: the script runs {path} on every node, but {why}; "
@@ -91,16 +87,23 @@ def rerender_command(args: argparse.Namespace) -> str:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """Load the config the options describe (raises ConfigError, exit 2)."""
+    """Load the config the options describe (raises ConfigError, exit 2), and warn once per
+    value that looks like shell syntax but will stay data (job/expansion.py)."""
+    from slurmfabric.job.expansion import lookalikes
+
     if args.from_script:
         if args.config or args.sets:
             raise UsageError("--from-script cannot be combined with -c or --set")
         from slurmfabric.job.render import config_from_script
 
-        return config_from_script(_script_text(args.from_script))
-    from slurmfabric.config import load_config
+        config = config_from_script(_script_text(args.from_script))
+    else:
+        from slurmfabric.config import load_config
 
-    return load_config(args.config, args.sets, args.site_defaults)
+        config = load_config(args.config, args.sets, args.site_defaults)
+    for line in lookalikes(config):
+        print(f"slurmfabric: warning: {line}", file=sys.stderr)
+    return config
 
 
 def build_parser() -> argparse.ArgumentParser:
