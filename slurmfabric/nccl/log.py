@@ -64,6 +64,14 @@ NCCL_RESULT = {
 _TOP_FRAMES = ("init.cc", "group.cc", "enqueue.cc", "collectives.cc", "init.cu")
 # WARNs that are failures by themselves: the proxy could not connect a peer.
 _FATAL_WARNS = ("Failed to execute operation", "Error encountered progressing operation")
+# The proxy's progress thread tags the last step of its chain: "[Proxy Thread]" up to
+# 2.18 (NVIDIA/nccl#928), "[Progress Thread]" since.
+_PROXY_THREAD_TAGS = ("Progress Thread", "Proxy Thread")
+# A process killed by a signal prints no NCCL line at all; its signal handler does: UCX's
+# (HPC-X images) "[host:pid:thread:tid] Caught signal 11 (Segmentation fault: ...)"
+# (NVIDIA/nccl#947, #1538), Open MPI's "[host:pid] Signal: Segmentation fault (11)".
+_CRASH = (re.compile(r"Caught signal (?P<sig>[0-9]{1,3}) \((?P<what>[^():]{1,80})"),
+          re.compile(r"\] Signal: (?P<what>[A-Za-z][A-Za-z ]{0,60}) \((?P<sig>[0-9]{1,3})\)"))
 
 _COMPLETION = re.compile(
     r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<st>[0-9]{1,9})"
@@ -255,6 +263,8 @@ class _Parser:
             self.version = self.version or version.group("v")
         elif "Watchdog caught collective operation timeout" in line:
             self.problems.append(_timeout_problem(line.strip()[:200]))
+        elif "ignal" in line and (crash := _crash(line)):
+            self.problems.append(crash)
 
     def info(self, r: RankInfo, msg: str) -> None:
         if m := _CHAIN.match(msg):
@@ -327,7 +337,7 @@ class _Parser:
             if r.root is None:
                 r.root, r.root_line = r.last_warn or (f"{src} -> {code}", self.lineno)
         top = src.rsplit("/", 1)[-1].split(":", 1)[0] in _TOP_FRAMES
-        if (top or "Progress Thread" in tail) and not r.gave_up:
+        if (top or any(tag in tail for tag in _PROXY_THREAD_TAGS)) and not r.gave_up:
             r.gave_up, r.error_frame = True, src
 
     def warn(self, r: RankInfo, msg: str, src: str) -> None:
@@ -403,6 +413,23 @@ def _timeout_problem(where: str) -> Problem:
         "run a pair sweep (slurmfabric pairs) to find a slow or broken link",
         where,
     )
+
+
+def _crash(line: str) -> Problem | None:
+    """A process that a signal killed: the job failed whatever NCCL printed before."""
+    for pattern in _CRASH:
+        found = pattern.search(line)
+        if found:
+            where = line[:found.start() + line.startswith("]", found.start())].strip()[:120]
+            return Problem(
+                "error", "crash",
+                f"a process crashed: signal {found.group('sig')} ({found.group('what').strip()})",
+                "the rank died without an NCCL error: read the backtrace under this line "
+                "(frames in libnccl point at NCCL or a setting it was given, e.g. NCCL_IB_*); "
+                "a core dump or `dmesg` on that node shows the faulting library",
+                where,
+            )
+    return None
 
 
 def classify_warning(msg: str, where: str = "") -> Problem:

@@ -24,11 +24,14 @@ import pytest
 from slurmfabric.commands import nccl_log as nccl_log_cmd
 from slurmfabric.commands import nccl_tests as nccl_tests_cmd
 from slurmfabric.errors import UsageError
-from slurmfabric.health.checks import xid
-from slurmfabric.health.model import FAIL
+from slurmfabric.health.checks import dcgm, xid
+from slurmfabric.health.checks import roce as roce_check
+from slurmfabric.health.model import FAIL, OK, Context
 from slurmfabric.nccl.log import parse_log
 from slurmfabric.nccl.tests import judge, parse
 from slurmfabric.pairsweep.report import analyze
+from slurmfabric.roce.facts import RocePort
+from slurmfabric.roce.parse import ethtool_stats
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 
@@ -53,15 +56,73 @@ NCCL = {
     "aws-ofi-nccl-715-ofi-cq-enomem-socket.log": ("FAIL", {"ofi", "socket_fallback"}, None),
     "aws-ofi-nccl-1020-2.27.7-fi-getinfo-failed.log": ("FAIL", {"ofi"}, None),
     "nccl-1713-2.27-tagged-no-network-line.log": ("UNKNOWN", {"gdr_unknown"}, None),
+    # NCCL 2.17/2.18 with the HPC-X UCX plugin: the proxy's service thread gives up Connect
+    "nccl-947-ucx-plugin-service-thread-connect.log": (
+        "FAIL", {"comm_failed", "peer_lost"},
+        ("aragab-ib32:87529[4]", "Connection closed by remote peer")),
+    # the proxy thread's "[Proxy Thread]" tag of NCCL <= 2.18 ends the chain as
+    # "[Progress Thread]" does later (before: ib_completion only, no failed communicator)
+    "nccl-928-h100-ib-completion-error4-proxy-thread.log": (
+        "FAIL", {"comm_failed", "ib_completion"}, ("H100-2:19989[1]", "transport/net.cc:1008")),
+    "nccl-1405-ib-plugin-status12-ipv6-gids.log": (
+        "FAIL", {"comm_failed", "ib_completion"},
+        ("kp-ddp-worker-0:3468[4]", "ib_plugin.c:1615 NET/IB : Got completion")),
+    # plugin logs that stop before any channel connects: GDR cannot be told
+    "nccl-1737-2.21.5-ibext-v8-sharp-stops-before-connect.log": (
+        "UNKNOWN", {"gdr_unknown"}, None),
+    "nccl-1357-ibext-sharp-collnet-plugin-v6.log": ("UNKNOWN", {"gdr_unknown"}, None),
+    # NCCL 2.22.3 killed by SIGSEGV: no NCCL line at all, UCX's handler prints the signal
+    "nccl-1538-2.22.3-segfault-backtrace.log": ("FAIL", {"crash"}, None),
+    # NCCL_IBEXT_DISABLE=1: the plugin's init returns 3 to net.cc:55 and NCCL carries on
+    "nccl-676-ibext-disabled-chain-below-init.log": ("UNKNOWN", {"gdr_unknown"}, None),
 }
 
 
 def test_every_corpus_file_is_covered_and_cited() -> None:
-    for area, covered in (("nccl", NCCL), ("kernel", KERNEL), ("nccltests", NCCL_TESTS)):
+    for area, covered in (("nccl", NCCL), ("kernel", KERNEL), ("nccltests", NCCL_TESTS),
+                          ("dcgm", DCGM), ("roce", ROCE)):
         files = {p.name for p in (CORPUS / area).iterdir() if p.name != "SOURCES.md"}
         assert files == set(covered), area
         sources = (CORPUS / area / "SOURCES.md").read_text()
         assert all(f"## {name}" in sources for name in files), area
+
+
+# A line that names one capture: a long number (counter, serial, pid), a GUID or GID
+# group, a long hex value. Layout lines ("transport: InfiniBand (0)") repeat across real
+# captures of the same hardware and say nothing about copying.
+_DISTINCT = re.compile(r"\d{5,}|[0-9a-fA-F]{4}:[0-9a-fA-F]{4}:[0-9a-fA-F]{4}|0x[0-9a-fA-F]{8,}")
+
+
+def _distinct(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if _DISTINCT.search(line)]
+
+
+def test_no_corpus_file_repeats_another_fixture() -> None:
+    """The corpus must not repeat the project's fixtures: no file of it is contained in
+    another fixture, and none shares most of its distinctive lines with one (a trimmed
+    copy of the same capture)."""
+    fixtures = CORPUS.parent
+    others = [(p, set(_distinct(text)), text) for p in fixtures.rglob("*")
+              if p.is_file() and "corpus" not in p.parts
+              and p.suffix in (".txt", ".log", ".json", ".net", ".md")
+              for text in [p.read_text(errors="replace")]]
+    repeats = []
+    for mine in CORPUS.rglob("*"):
+        if not mine.is_file() or mine.name in ("SOURCES.md", "README.md"):
+            continue
+        text = mine.read_text(errors="replace")
+        lines = _distinct(text)
+        for path, theirs, whole in others:
+            shared = sum(line in theirs for line in lines)
+            if text.strip() in whole or (len(lines) > 1 and shared * 2 > len(lines)):
+                repeats.append(f"{mine.relative_to(CORPUS)} ~ {path.relative_to(fixtures)}")
+    assert not repeats, repeats
+
+
+def test_the_corpus_holds_at_least_40_real_outputs() -> None:
+    files = [p for p in CORPUS.rglob("*") if p.is_file() and p.name not in
+             ("SOURCES.md", "README.md")]
+    assert len(files) >= 40
 
 
 @pytest.mark.parametrize("name", sorted(NCCL))
@@ -74,6 +135,32 @@ def test_nccl_logs(name: str) -> None:
         failure = next(p for p in report.problems if p.kind == "comm_failed")
         assert failure.severity == "error" and failure.where == first[0]
         assert first[1] in failure.message.split("root: ", 1)[1]
+
+
+def test_plugin_networks_are_named_and_a_chain_below_init_is_not_a_failure() -> None:
+    """The HPC-X plugin's network names (IBext, IBext_v8) are what the log says; a chain
+    that stops in net.cc (the plugin refused, NCCL carried on) is handled."""
+    for name, network in (("nccl-1737-2.21.5-ibext-v8-sharp-stops-before-connect.log",
+                           "IBext_v8"),
+                          ("nccl-1357-ibext-sharp-collnet-plugin-v6.log", "IBext")):
+        report = parse_log((CORPUS / "nccl" / name).read_text())
+        assert report.verdict() == "OK" and {r.network for r in report.ranks} >= {network}
+    chain = parse_log((CORPUS / "nccl" / "nccl-676-ibext-disabled-chain-below-init.log")
+                      .read_text())
+    (rank,) = chain.ranks
+    assert rank.error_code == 3 and not rank.gave_up and chain.verdict() == "OK"
+
+
+def test_a_crash_is_a_failure_in_either_handlers_words() -> None:
+    report = parse_log((CORPUS / "nccl" / "nccl-1538-2.22.3-segfault-backtrace.log").read_text())
+    (crash,) = [p for p in report.problems if p.kind == "crash"]
+    assert crash.message == "a process crashed: signal 11 (Segmentation fault)"
+    assert crash.where.endswith("worker-0:4682 :0:4682]")
+    ompi = parse_log("[gpu001:12345] *** Process received signal ***\n"
+                     "[gpu001:12345] Signal: Aborted (6)\n")
+    assert [(p.kind, p.message, p.where) for p in ompi.problems] == [
+        ("crash", "a process crashed: signal 6 (Aborted)", "[gpu001:12345]")]
+    assert parse_log("NCCL INFO handled signal 11 in a test name\n").verdict() == "OK"
 
 
 def test_nccl_log_command_exit_codes_on_real_logs(capsys) -> None:
@@ -259,3 +346,52 @@ def test_gpu_is_lost_status_lines_join_the_xid_or_stand_alone(tmp_path: Path) ->
     (tmp_path / "alone").mkdir()
     alone = judge_kernel_log(lost, tmp_path / "alone")
     assert alone.status == FAIL and "NV_ERR_GPU_IS_LOST" in alone.reason
+
+
+# dcgmi diag -j / nvvs -j: file -> (results, passed, version)
+DCGM = {"nvvs-3.1.0-8gpu-pass-uppercase-nulls.json": (80, 80, "3.1.0")}
+
+
+@pytest.mark.parametrize("name", sorted(DCGM))
+def test_dcgm_json_as_nvvs_prints_it(name: str) -> None:
+    """NVVS run directly prints PASS/FAIL and leaves null between tests: before issue 34
+    the null was an AttributeError (a checker error) and PASS read as "no test ran"."""
+    results, passed, version = DCGM[name]
+    text = (CORPUS / "dcgm" / name).read_text()
+    facts = dcgm.parse(text)
+    assert len(facts["results"]) == results and facts["version"] == version
+    result = dcgm.check_dcgm(facts, {}, None)
+    assert result.status == OK and result.values["passed"] == passed
+    # the same report with GPU 5's software test failed: the GPU and test are named
+    failed = text.replace('"gpu_ids" : 5,\n\t\t\t\t\t\t\t\t"status" : "PASS"',
+                          '"gpu_ids" : 5,\n\t\t\t\t\t\t\t\t"status" : "FAIL"')
+    assert failed != text
+    bad = dcgm.check_dcgm(dcgm.parse(failed), {}, None)
+    assert bad.status == FAIL and bad.reason == "DCGM level None: software on GPU5"
+
+
+# ethtool -S snapshots: file -> the recorded snapshot before it (another fixture, read in place)
+ROCE = {"byteps-179_ethtool-S-prio_after-benchmark.txt":
+        CORPUS.parent / "roce" / "ethtool_mlx5_grep_prio_no_pfc.txt"}
+
+
+@pytest.mark.parametrize("name", sorted(ROCE))
+def test_ethtool_deltas_over_a_job(name: str) -> None:
+    """byteps#179: the same port before and after an RDMA benchmark. The job's traffic is
+    the delta (priority 0 only, +136.6 GB received); no loss or pause counter moved, so
+    rdma.roce_counters passes in delta mode, while the totals since boot (88 TB) say
+    nothing about the job."""
+    before, after = ethtool_stats(ROCE[name].read_text()), ethtool_stats(
+        (CORPUS / "roce" / name).read_text())
+    grown = {k: after[k] - before[k] for k in after if after[k] != before.get(k)}
+    assert grown == {"rx_prio0_bytes": 136571931490, "rx_prio0_packets": 126736411,
+                     "tx_prio0_bytes": 136566416532, "tx_prio0_packets": 126724196}
+    port = RocePort("mlx5_0", 1, "enp178s0f0", counters=after)
+    ctx = Context("epilog", "n1", job_id="1", roce_before={port.name: before})
+    result = roce_check.check_counters([port], {}, ctx)
+    assert result.status == OK and result.values == {"mode": "delta"}
+    # a discard counter that grew during the job fails, named with its delta
+    lossy = RocePort("mlx5_0", 1, "enp178s0f0", counters={**after, "rx_discards_phy": 7000})
+    ctx = Context("epilog", "n1", job_id="1",
+                  roce_before={port.name: {**before, "rx_discards_phy": 0}})
+    assert roce_check.check_counters([lossy], {}, ctx).status == FAIL
