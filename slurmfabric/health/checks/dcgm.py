@@ -27,6 +27,9 @@ DEFAULT_TIMEOUT_S = {1: 120.0, 2: 600.0, 3: 2700.0, 4: 7200.0}
 OK_EXITS = {0, 226, 205}  # a report was printed (226: a test failed; 205: isolate the GPU)
 
 
+STATUSES = {"pass": "Pass", "fail": "Fail", "skip": "Skip", "warn": "Warn"}
+
+
 def _number(text: str) -> bool:
     return text.isascii() and text.isdigit()  # "²".isdigit() is True, int("²") fails
 
@@ -46,7 +49,9 @@ def _gpus(result: dict) -> list[int | None]:
 
 def _warnings(result: dict) -> list[str]:
     out = []
-    for item in result.get("warnings") or []:
+    items = result.get("warnings") or []
+    # a plain string in some 3.x outputs (microsoft/VirtualClient's recorded Deployment failure)
+    for item in [items] if isinstance(items, str) else items if isinstance(items, list) else []:
         # 3.x writes "warnings" instead of "warning" in one case (Deployment errors)
         text = item.get("warning", item.get("warnings")) if isinstance(item, dict) else item
         if text:
@@ -68,17 +73,34 @@ def parse(text: str) -> dict[str, object]:
     if root is None:
         detail = data.get("runtime_error") or ", ".join(sorted(data))[:120]
         raise ProbeError(f"dcgmi report without results: {detail}")
-    version = (data.get("metadata") or {}).get("version") or data.get("version")
+    version = (_dict(data.get("metadata")).get("version") or data.get("version")
+               or root.get("version"))
     results = []
-    for category in root.get("test_categories") or []:
-        for test in category.get("tests") or []:
-            for result in test.get("results") or []:
+    for category in _dicts(root.get("test_categories")):
+        for test in _dicts(category.get("tests")):
+            for result in _dicts(test.get("results")):
                 for gpu in _gpus(result):
                     results.append({"category": category.get("category"),
                                     "test": test.get("name"), "gpu": gpu,
-                                    "status": str(result.get("status", "")),
+                                    "status": _status(result.get("status", "")),
                                     "warnings": _warnings(result)})
     return {"version": version, "results": results}
+
+
+def _dict(item: object) -> dict:
+    return item if isinstance(item, dict) else {}
+
+
+def _dicts(items: object) -> list[dict]:
+    """The objects of a JSON list: NVVS's own ``-j`` output leaves ``null`` between tests
+    (the "real output" in NVIDIA/DCGM nvvs/src/tests/JsonResultTests.cpp, DCGM 3.1.0)."""
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _status(value: object) -> str:
+    """dcgmi prints Pass/Fail/Skip, NVVS run directly PASS/FAIL/SKIP: one spelling."""
+    text = str(value).strip()
+    return STATUSES.get(text.lower(), text)
 
 
 def level_for(expect: dict, hook: str, deep: bool) -> int:
