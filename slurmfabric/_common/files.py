@@ -54,7 +54,7 @@ def read_json_or_none(path: str | os.PathLike[str]) -> Any:
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nesting past the limit
         return None
 
 

@@ -159,7 +159,9 @@ def read_vlans(reader: Reader) -> dict[str, tuple[int, str]]:
     found: dict[str, tuple[int, str]] = {}
     for line in (reader.text("/proc/net/vlan/config") or "").splitlines():
         cols = [c.strip() for c in line.split("|")]
-        if len(cols) == 3 and cols[1].isdigit() and cols[0] and cols[2]:
+        # ASCII digits only ("²".isdigit() is True, int() refuses it); 802.1Q ids 1-4094
+        if len(cols) == 3 and cols[1].isascii() and cols[1].isdigit() and cols[0] \
+                and cols[2] and 0 < int(cols[1][:5]) < 4095 and len(cols[1]) < 5:
             found[cols[0]] = (int(cols[1]), cols[2])
     return found
 

@@ -16,6 +16,7 @@ one milliseconds; the deadline is a hang guard, not a speed goal.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,8 @@ import pytest
 
 from slurmfabric._common.probe import ProbeError
 from slurmfabric.errors import SlurmfabricError
-from slurmfabric.health.checks import dcgm, nvlink, xid
+from slurmfabric.health.checks import clocks, dcgm, nvlink, rdma, xid
+from slurmfabric.health.checks import versions as versions_check
 from slurmfabric.health.model import Context
 from slurmfabric.ibaudit import parse as ib_parse
 from slurmfabric.nccl import log as nccl_log
@@ -58,6 +60,10 @@ PREFIXES = ["", "NCCL INFO ", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] NCCL INFO NET/I
             " #bytes     #iterations    BW peak[Gb/sec] ", " 65536      5000 "]
 
 EPILOG = Context("epilog", "n1", job_id="1", nvlink_before={"0": {"0": {"crc": "x"}}})
+# /proc/net/vlan/config as net/8021q/vlanproc.c writes it (vlan_seq_show: two header lines,
+# then "%-15s| %d  | %s"), with the VLAN of tensorflow#22077's eth2.10 (corpus/fabric/)
+VLAN_CONFIG = ("VLAN Dev name\t | VLAN ID\nName-Type: VLAN_NAME_TYPE_RAW_PLUS_VID_NO_PAD\n"
+               "eth2.10        | 10  | eth2\nbond0.200      | 200  | bond0\n")
 
 
 def _judged(parse: Callable[[str], object], judge: Callable[[object], object]):
@@ -85,6 +91,93 @@ def _kmsg(text: str) -> None:
     xid.check_xid({"events": events, "gone": gone}, {"xid_drain": [79]}, None)
 
 
+def _clocks(text: str) -> None:
+    """nvidia-smi -q's power and clock sections, judged by gpu.clocks (which may refuse a
+    report with no GPU section, the hooks' ProbeError)."""
+    try:
+        facts = clocks.facts_from_text(text)
+    except ProbeError:
+        return
+    clocks.check_clocks(facts, {"power_limit_tolerance": 0.05}, EPILOG)
+
+
+def _inventory(peers: dict | None = None, **versions: object) -> versions_check.Inventory:
+    return versions_check.Inventory("n1", dict(versions), {}, peers or {})
+
+
+def _ofed(text: str) -> None:
+    """ofed_info -s -> the version pinned, listed in the info metric and compared."""
+    found = versions_check.parse_ofed_info(text)
+    inv = _inventory(ofed=found, driver="550.127.05")
+    versions_check.check_pins(inv, {"versions": {"ofed": "MLNX_OFED_LINUX-5.4-3.5.8.0"}}, None)
+    peers = {"n2": {"ofed": "MLNX_OFED_LINUX-5.4-3.5.8.0"}, "n3": {"ofed": found or "x"}}
+    versions_check.check_drift(_inventory(peers, ofed=found), {}, None)
+
+
+def _firmware(text: str) -> None:
+    """HCA firmware as ibstat prints it ("Firmware version:") or ibv_devinfo ("fw_ver:"),
+    i.e. the string sysfs fw_ver holds: pinned per family and compared across nodes."""
+    fw = {f"mlx5_{i}": line.split(":", 1)[1].strip() for i, line in enumerate(
+        line for line in text.splitlines()
+        if "Firmware version" in line or "fw_ver" in line)}
+    versions_check.check_pins(_inventory(hca_fw=fw),
+                              {"versions": {"hca_fw": ["28.39.1002", "22.31.1014"]}}, None)
+    peers = {"n2": {"hca_fw": {"mlx5_0": "28.39.1002"}}, "n3": {"hca_fw": fw}}
+    versions_check.check_drift(_inventory(peers, hca_fw=fw), {}, None)
+
+
+def _vlans(text: str) -> None:
+    """/proc/net/vlan/config read by the topology, then the rail plan's GID choice by VLAN."""
+    import tempfile
+
+    from slurmfabric._common.sysfs import Root
+    from slurmfabric.topology._io import Reader
+    from slurmfabric.topology.net import read_vlans
+
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, "proc/net/vlan"))
+        with open(os.path.join(root, "proc/net/vlan/config"), "w", encoding="utf-8",
+                  errors="surrogateescape") as handle:
+            handle.write(text)
+        found = read_vlans(Reader(Root(root)))
+    for name, (vlan, parent) in found.items():
+        assert 1 <= vlan <= 4094 and name and parent, (name, vlan, parent)
+
+
+def _flap_history(text: str) -> None:
+    """rdma.link_flaps's own state file (written by record_link_downed, here with the
+    link_downed values of Mellanox/ufm_sdk_3.0#189 in corpus/fabric/), damaged, then read
+    by the next hook run and judged."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "link_downed.json")
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as handle:
+            handle.write(text)
+        port = rdma.PortFacts("mlx5_0:1", "ACTIVE", "LinkUp", 400.0, "InfiniBand",
+                              {"link_downed": 3})
+        flaps = rdma.record_link_downed(path, [port], 86400, now=1_712_232_385.0)
+        facts = rdma.RdmaFacts([port], "", "", None, {}, flaps, 86400)
+        rdma.check_link_flaps(facts, {}, None)
+
+
+def _flap_state_text() -> str:
+    """The state file as the library writes it after the UFM report's 1 -> 2 bounce."""
+    import tempfile
+
+    text = (FIXTURES / "corpus/fabric/ufm-sdk-189_link-downed-counter-after-bounce.txt")
+    downs = [int(line.rsplit(",", 1)[1]) for line in text.read_text().splitlines()
+             if line.startswith("17") and ",50," in line]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "link_downed.json")
+        for step, value in enumerate(downs):
+            port = rdma.PortFacts("mlx5_0:1", "ACTIVE", "LinkUp", 400.0, "InfiniBand",
+                                  {"link_downed": value})
+            rdma.record_link_downed(path, [port], 86400, now=1_712_228_785.0 + 120 * step)
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+
+
 PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
     "nvlink -s": (_judged(lambda t: nvlink.NvlinkFacts(*nvlink.parse_status(t)),
                           lambda f: nvlink.check_links(f, {}, EPILOG)),
@@ -97,7 +190,14 @@ PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
                                      lambda f: nvlink.check_fabric(f, {}, None)),
                              ["health/nvlink/*-q*.txt"]),
     "dcgmi diag -j": (_judged(dcgm.parse, lambda f: dcgm.check_dcgm(f, {}, EPILOG)),
-                      ["health/dcgm/*.json"]),
+                      ["health/dcgm/*.json", "corpus/dcgm/*.json"]),
+    # issue 34's parsers: clocks and power caps, versions, VLANs, the link-flap history
+    "nvidia-smi -q clocks/power": (_clocks, ["corpus/gpu/*.txt"]),
+    "ofed_info -s": (_ofed, ["corpus/versions/ofed_info-*.txt"]),
+    "HCA firmware": (_firmware, ["corpus/versions/ibstat-*.txt",
+                                 "corpus/versions/ibv_devinfo-*.txt"]),
+    "/proc/net/vlan/config": (_vlans, ["<vlan>"]),
+    "link_downed history": (_flap_history, ["<flaps>"]),
     "kmsg xid": (_kmsg, ["health/xid/kmsg_lines.txt", "corpus/kernel/*.txt"]),
     "perftest": (lambda t: perftest.parse(t).bandwidth_gbps, ["perftest/*.txt"]),
     # each report is judged too: the failure chain, its root line and the GDR verdict
@@ -106,13 +206,14 @@ PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
     "nccl-tests": (lambda text: [nccl_tests.judge(run) for run in nccl_tests.parse(text)],
                    ["nccl/nccl-tests-*.txt", "corpus/nccltests/*.txt"]),
     "iblinkinfo": (ib_parse.parse_iblinkinfo, ["ib/*iblinkinfo*.txt"]),
-    "ibstat": (ib_parse.parse_ibstat, ["ib/*ibstat*.txt"]),
+    "ibstat": (ib_parse.parse_ibstat, ["ib/*ibstat*.txt", "corpus/versions/ibstat-*.txt",
+                                        "corpus/fabric/*ibstat*.txt"]),
     "perfquery": (ib_parse.parse_perfquery, ["ib/*perfquery*.txt"]),
     "ibnetdiscover": (ib_parse.parse_ibnetdiscover,
                       ["ib/*ibnetdiscover*.txt", "ib/*.net"]),
     # RoCE: each parsed value goes on to the profile comparison a drain reason comes from
     "ethtool -S": (lambda t: _roce_port(counters=roce_parse.ethtool_stats(t)),
-                   ["roce/*.txt"]),  # every recording: ethtool -S is the narrowest
+                   ["roce/*.txt", "corpus/roce/*.txt"]),  # ethtool -S is the narrowest
     "mlnx_qos": (lambda t: _roce_port(view=roce_parse.mlnx_qos(t)),
                  ["roce/mlnx_qos_*.txt", "roce/spiderpool_*.txt"]),
     "dcb": (lambda t: _roce_port(pfc=roce_parse.dcb_pfc(t), app=roce_parse.dcb_app_dscp(t),
@@ -135,10 +236,20 @@ def _roce_port(counters=None, view=None, pfc=None, app=None, tos=None) -> object
     return differences(port, profile), traffic_warning(port, profile)
 
 
-def _files(globs: list[str]) -> list[Path]:
-    found = sorted({p for pattern in globs for p in FIXTURES.glob(pattern)})
-    assert found, f"no fixtures for {globs}"
-    return found
+# inputs that are not files: the format as the kernel writes it, a state file the library
+# writes from a real report
+GENERATED = {"<vlan>": lambda: VLAN_CONFIG, "<flaps>": _flap_state_text}
+# formats whose real outputs are a few short lines: fewer fields, fewer mutations
+SMALL = {"ofed_info -s": 40, "/proc/net/vlan/config": 25, "link_downed history": 25}
+
+
+def _texts(globs: list[str]) -> list[tuple[str, str]]:
+    found = sorted({p for pattern in globs if pattern not in GENERATED
+                    for p in FIXTURES.glob(pattern)})
+    texts = [(p.name, p.read_text(errors="replace")) for p in found]
+    texts += [(pattern, GENERATED[pattern]()) for pattern in globs if pattern in GENERATED]
+    assert texts, f"no fixtures for {globs}"
+    return texts
 
 
 def _mutations(text: str) -> list[str]:
@@ -172,14 +283,14 @@ def _outcome(parser: Callable[[str], object], text: str) -> str | None:
 def test_every_field_of_real_output_takes_every_hostile_value(name, hostile_report):
     parser, globs = PARSERS[name]
     problems, runs = [], 0
-    for path in _files(globs):
-        for text in _mutations(path.read_text(errors="replace")):
+    for name_of, original in _texts(globs):
+        for text in _mutations(original):
             runs += 1
             problem = _outcome(parser, text)
             if problem:
-                problems.append(f"{path.name}: {problem}")
+                problems.append(f"{name_of}: {problem}")
     hostile_report(f"mutated {name} output: {runs} parses, {len(problems)} problems")
-    assert runs > 100
+    assert runs > SMALL.get(name, 100)
     assert not problems, "\n".join(sorted(set(problems))[:20])
 
 

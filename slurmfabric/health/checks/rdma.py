@@ -15,6 +15,7 @@ snapshot, absolute limits apply, as most counters only ever grow until a reboot.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -148,8 +149,10 @@ def record_link_downed(path: str, ports: list[PortFacts], window_s: float,
 
 
 def _sample(item: object) -> bool:
+    """A (time, value) pair; JSON also reads NaN, Infinity and 1e999, which no counter is."""
     return (isinstance(item, list) and len(item) == 2
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item))
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                    and math.isfinite(x) for x in item))
 
 
 def _selected(facts: RdmaFacts, expect: dict) -> list[PortFacts]:
