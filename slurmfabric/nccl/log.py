@@ -36,6 +36,8 @@ _RANK_LABEL = re.compile(r"\[(?P<rank>[0-9]{1,9})\]\s*$")
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+\S*)")
 _OOB = re.compile(r";\s*OOB (\S+)\s*$")
 _COMM = re.compile(r"comm 0x[0-9a-f]+ rank ([0-9]{1,9}) nranks ([0-9]{1,9}) cudaDev [0-9]")
+# init.cc since 2.12: "comm 0x... rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 ..."
+_NODES = re.compile(r"comm 0x[0-9a-f]+ rank [0-9]{1,9} nRanks ([0-9]{1,9}) nNodes ([0-9]{1,9})")
 _LIST_ITEM = re.compile(r"\[\d+\](\S+)")
 _NET_VIA = re.compile(
     r"^NET/(?P<net>.+?)/(?P<dev>[0-9]{1,9})(?:\((?P<merged>[0-9]{1,9})\))?(?P<gdr>/GDRDMA)?(?:/\S*)?$"
@@ -110,6 +112,7 @@ class RankInfo:
     label: str | None = None
     rank: int | None = None
     nranks: int | None = None
+    nodes: int | None = None  # the most nodes of a communicator this rank joined (nNodes)
     version: str | None = None
     network: str | None = None
     net_devices: list[str] = field(default_factory=list)
@@ -153,6 +156,13 @@ class RankInfo:
         if self.gdr_enabled_hcas:
             return True
         return None
+
+    @property
+    def one_node(self) -> bool:
+        """NCCL said every communicator of this rank has one node (``nNodes 1``): the
+        network carries none of its traffic. ``nranks 1`` alone is not taken as proof
+        (a log cut before the nNodes line, older releases)."""
+        return self.nodes == 1
 
     @property
     def uses_socket(self) -> bool:
@@ -310,6 +320,9 @@ class _Parser:
             r.trees = True
         elif m := _COMM.search(msg):
             r.rank, r.nranks = int(m.group(1)), int(m.group(2))
+        elif m := _NODES.search(msg):
+            r.nranks = r.nranks or int(m.group(1))
+            r.nodes = max(r.nodes or 0, int(m.group(2)))
         elif m := re.match(r"(NCCL_\w+) set by environment to (\S+?)\.?$", msg):
             self.env[m.group(1)] = m.group(2)
 
@@ -442,6 +455,17 @@ def classify_warning(msg: str, where: str = "") -> Problem:
             "with a route between their IPs; on IB check the subnet manager and port state",
             where,
         )
+    if msg.startswith("Cuda failure"):
+        # CUDACHECK / CUCHECK (src/include/checks.h, cudawrap.h) WARN and return
+        # ncclUnhandledCudaError; the variants that carry on print INFO, not WARN.
+        return Problem(
+            "error", "cuda", msg,
+            "a CUDA call failed in this rank: 'initialization error' or 'no CUDA-capable "
+            "device' means the GPU or driver is unusable here (nvidia-smi, Xid lines in "
+            "dmesg, the container's GPU access, CUDA_VISIBLE_DEVICES); 'out of memory' "
+            "means the GPU is full",
+            where,
+        )
     completion = _COMPLETION.search(msg)
     if completion:
         status = int(completion.group("st"))
@@ -553,14 +577,18 @@ def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: boo
             why = "NET/IB found no device" if r.no_ib_device else "NCCL chose sockets"
             if forced:
                 why = "sockets were forced (NCCL_NET=Socket or NCCL_IB_DISABLE=1)"
+            if r.one_node:  # nothing crossed the network; a multi-node run would use it
+                why += " (nNodes 1: no traffic crossed the network in this run)"
             report.problems.append(Problem(
-                "error", "socket_fallback", f"{r.key} uses NET/Socket: {why}",
+                "warning" if r.one_node else "error", "socket_fallback",
+                f"{r.key} uses NET/Socket: {why}",
                 "make the RDMA NICs visible to NCCL (NCCL_IB_HCA must match "
                 "/sys/class/infiniband names, rdma-core and /dev/infiniband in the container); "
                 "set NCCL_NET=IB so a missing device fails instead of falling back",
                 r.key,
             ))
-        elif r.network and r.network.upper().startswith("IB") and r.gdr is False:
+        elif r.network and r.network.upper().startswith("IB") and r.gdr is False \
+                and not r.one_node:
             detail = ", ".join(r.gdr_disabled_hcas) or "IB channels without /GDRDMA"
             report.problems.append(Problem(
                 "error" if expect_gdr else "warning", "gdr_off",
@@ -581,8 +609,15 @@ def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: boo
                 "NCCL found no RDMA NIC; unless another plugin carries the traffic it falls "
                 "back to sockets", r.key,
             ))
-    if expect_gdr and report.ranks and all(
-            r.gdr is None and not r.uses_socket for r in report.ranks):
+    if expect_gdr and report.ranks and all(r.one_node for r in report.ranks):
+        report.problems.append(Problem(
+            "warning", "gdr_not_used",
+            "GPUDirect RDMA expected, but every communicator in the log has one node: no "
+            "traffic crossed the network, so GPUDirect RDMA was not exercised",
+            "check GPUDirect RDMA on a run across two or more nodes",
+        ))
+    elif expect_gdr and report.ranks and all(
+            r.gdr is None and not r.uses_socket for r in report.ranks if not r.one_node):
         # No rank printed a channel over the network nor a GPU Direct RDMA line: the log
         # ends before NCCL chose (an OFI log ending in "provider efa output empty list").
         nets = sorted({r.network for r in report.ranks if r.network}) or ["none"]

@@ -75,6 +75,13 @@ NCCL = {
     "nccl-1538-2.22.3-segfault-backtrace.log": ("FAIL", {"crash"}, None),
     # NCCL_IBEXT_DISABLE=1: the plugin's init returns 3 to net.cc:55 and NCCL carries on
     "nccl-676-ibext-disabled-chain-below-init.log": ("UNKNOWN", {"gdr_unknown"}, None),
+    # CUDA could not initialise in three ranks (a launcher's "host: " prefix on every line):
+    # before issue 34 only warnings, result OK
+    "nccl-1029-host-prefixed-ibext-cuda-init-error.log": ("FAIL", {"cuda"}, None),
+    # NCCL 2.28, one rank on a desktop without RDMA: nNodes 1, sockets carry nothing.
+    # Before: FAIL (socket_fallback as an error)
+    "deepspeed-8248-2.28-single-rank-socket-no-verbs.log": (
+        "OK", {"socket_fallback", "gdr_not_used"}, None),
 }
 
 
@@ -149,6 +156,32 @@ def test_plugin_networks_are_named_and_a_chain_below_init_is_not_a_failure() -> 
                       .read_text())
     (rank,) = chain.ranks
     assert rank.error_code == 3 and not rank.gave_up and chain.verdict() == "OK"
+
+
+def test_one_node_communicators_do_not_need_the_network() -> None:
+    """nNodes 1 (NCCL's own word): sockets and the lack of GPUDirect RDMA are said, not
+    failed; the same log without that line (a cut log, an older release) still fails."""
+    text = (CORPUS / "nccl" / "deepspeed-8248-2.28-single-rank-socket-no-verbs.log").read_text()
+    report = parse_log(text, expect_gdr=True)
+    socket = next(p for p in report.problems if p.kind == "socket_fallback")
+    assert socket.severity == "warning" and "nNodes 1" in socket.message
+    assert report.ranks[0].nodes == 1 and report.verdict() == "OK"
+    cut = "\n".join(line for line in text.splitlines() if "nNodes" not in line)
+    assert parse_log(cut).verdict() == "FAIL"
+    two = text.replace("nNodes 1 ", "nNodes 2 ")
+    assert parse_log(two).verdict() == "FAIL"
+
+
+def test_a_cuda_failure_warn_is_an_error_naming_each_rank() -> None:
+    text = (CORPUS / "nccl" / "nccl-1029-host-prefixed-ibext-cuda-init-error.log").read_text()
+    report = parse_log(text)
+    assert [p.where for p in report.problems if p.kind == "cuda"] == [
+        "rdma-test-gpu-worker-1:2918[4] init.cc:263",
+        "rdma-test-gpu-worker-1:2919[5] misc/cudawrap.cc:33",
+        "rdma-test-gpu-worker-1:2914[0] misc/cudawrap.cc:33"]
+    assert {r.network for r in report.ranks if r.network} == {"IBext"}
+    # CUDACHECKIGNORE prints the same words as INFO: NCCL carried on, not a failure
+    assert parse_log("h:1:2 [0] NCCL INFO Cuda failure 'invalid argument'\n").verdict() == "OK"
 
 
 def test_a_crash_is_a_failure_in_either_handlers_words() -> None:
