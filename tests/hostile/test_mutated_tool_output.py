@@ -57,7 +57,10 @@ PREFIXES = ["", "NCCL INFO ", "h:1:2 [0] NCCL INFO ", "h:1:2 [0] NCCL INFO NET/I
             "h:1:2 [0] p.cc:1 NCCL WARN Failed to execute operation Connect, retcode ",
             "        [1,0]<stdout>:", "gpu001: 0: ", "NVRM: The NVIDIA GPU ",
             "NVRM: GPU 0000:01:00.0: RmInitAdapter failed! ", "NVRM: fallen off the bus ",
-            " #bytes     #iterations    BW peak[Gb/sec] ", " 65536      5000 "]
+            " #bytes     #iterations    BW peak[Gb/sec] ", " 65536      5000 ",
+            "[h:1 :0:1] Caught signal ", "[h:1] Signal: ",
+            "h:1:2 [0] a.cc:1 NCCL WARN Cuda failure ",
+            "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes ", "        Current Power Limit "]
 
 EPILOG = Context("epilog", "n1", job_id="1", nvlink_before={"0": {"0": {"crc": "x"}}})
 # /proc/net/vlan/config as net/8021q/vlanproc.c writes it (vlan_seq_show: two header lines,
