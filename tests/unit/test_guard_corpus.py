@@ -82,6 +82,11 @@ NCCL = {
     # Before: FAIL (socket_fallback as an error)
     "deepspeed-8248-2.28-single-rank-socket-no-verbs.log": (
         "OK", {"socket_fallback", "gdr_not_used"}, None),
+    # NCCL 2.27's RTR timeout wording (the poster hid the pid and the addresses)
+    "nccl-2013-2.27-modify-qp-rtr-timeout-anonymised.log": ("FAIL", {"ibv_modify_qp"}, None),
+    # HPC-X IBext_v8 over Intel irdma RoCE ports (2.21.5) and over 8 CX RoCE rails (2.22.3)
+    "nccl-tests-227-2.21.5-ibext-v8-irdma-roce.log": ("UNKNOWN", {"gdr_unknown"}, None),
+    "nccl-1538-2.22.3-ibext-v8-8-roce-rails.log": ("UNKNOWN", {"gdr_unknown"}, None),
 }
 
 
@@ -147,11 +152,14 @@ def test_nccl_logs(name: str) -> None:
 def test_plugin_networks_are_named_and_a_chain_below_init_is_not_a_failure() -> None:
     """The HPC-X plugin's network names (IBext, IBext_v8) are what the log says; a chain
     that stops in net.cc (the plugin refused, NCCL carried on) is handled."""
-    for name, network in (("nccl-1737-2.21.5-ibext-v8-sharp-stops-before-connect.log",
-                           "IBext_v8"),
-                          ("nccl-1357-ibext-sharp-collnet-plugin-v6.log", "IBext")):
+    for name, network, devices in (
+            ("nccl-1737-2.21.5-ibext-v8-sharp-stops-before-connect.log", "IBext_v8", 5),
+            ("nccl-1357-ibext-sharp-collnet-plugin-v6.log", "IBext", 4),
+            ("nccl-tests-227-2.21.5-ibext-v8-irdma-roce.log", "IBext_v8", 2),
+            ("nccl-1538-2.22.3-ibext-v8-8-roce-rails.log", "IBext_v8", 8)):
         report = parse_log((CORPUS / "nccl" / name).read_text())
         assert report.verdict() == "OK" and {r.network for r in report.ranks} >= {network}
+        assert max(len(r.net_devices) for r in report.ranks) == devices, name
     chain = parse_log((CORPUS / "nccl" / "nccl-676-ibext-disabled-chain-below-init.log")
                       .read_text())
     (rank,) = chain.ranks
