@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--drift", type=number(0, 1, low_open=True), default=0.05,
                    help="drift that counts, as a fraction of the baseline (default 0.05)")
     r.add_argument("--svg", help="write an SVG heatmap here")
+    r.add_argument("--versions", metavar="DIR", help="the health hooks' versions_dir: name "
+                   "swept nodes unlike the majority and a version the slow group shares")
     _judge_options(r, "default: as the sweep was submitted")
     r.add_argument("--drain", action="store_true",
                    help="drain suspect nodes (reason 'slurmfabric: pairs: ...')")
@@ -191,7 +193,7 @@ def _report(args: argparse.Namespace) -> int:
     if saved.get("pattern") == "k-batch":
         return _report_batch(args, results, saved)
     report = summary.build(results, _judge(args, saved.get("judge")), args.baseline,
-                           args.drift, args.topology, args.node_map)
+                           args.drift, args.topology, args.node_map, args.versions)
     if args.drain or args.resume_passing:
         report.gate = burnin.gate(report.analysis,
                                   burnin.policy(args.health_config, args.state_dir),
@@ -210,7 +212,7 @@ def _report(args: argparse.Namespace) -> int:
 def _report_batch(args: argparse.Namespace, results: Path, saved: dict) -> int:
     from slurmfabric.pairsweep import summary
 
-    for option in ("baseline", "topology", "svg", "drain", "resume_passing"):
+    for option in ("baseline", "topology", "svg", "drain", "resume_passing", "versions"):
         if getattr(args, option):
             raise UsageError(f"--{option.replace('_', '-')} is for pair sweeps; this is a "
                              "k-batch sweep", hint="run the pair sweep its report prints")

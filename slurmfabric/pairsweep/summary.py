@@ -37,6 +37,7 @@ class SweepReport:
     execution: list[str] = field(default_factory=list)
     overlap: dict[int, bool] = field(default_factory=dict)
     gate: list[str] = field(default_factory=list)  # lines of burnin.gate, when it ran
+    versions: list[str] = field(default_factory=list)  # version_findings, with a versions_dir
 
     @property
     def nodes(self) -> list[str]:
@@ -70,15 +71,20 @@ class SweepReport:
                           a.messages, {frozenset(p) for p in self.failed})
 
     def markdown(self) -> str:
-        return rules.render_markdown(self.nodes, self.values, self.analysis,
+        text = rules.render_markdown(self.nodes, self.values, self.analysis,
                                      [d.message() for d in self.drifted], self.recovered,
                                      len(self.pairs) - len(self.sweep_pairs))
+        if not self.versions:
+            return text
+        return text.rstrip("\n") + "\n\n## Versions\n\n" + "".join(
+            f"- {line}\n" for line in self.versions)
 
     def text(self) -> str:
         """The terminal report: the matrix (or per-node table), then drift, how the rounds
         ran, the pairs the retests cleared and what the gate did."""
         lines = [rules.render_table(self.nodes, self.values, self.analysis)]
         lines += [f"drift: {item.message()}" for item in self.drifted]
+        lines += [f"versions: {line}" for line in self.versions]
         lines += [f"! {problem}" for problem in self.execution]
         lines += [f"note: the pairs of round {rnd} did not overlap in time"
                   for rnd, ran_together in self.overlap.items() if not ran_together]
@@ -113,15 +119,17 @@ class SweepReport:
             "suspect_links": [list(p) for p in a.suspect_links],
             "messages": a.messages, "execution_problems": self.execution,
             "rounds_concurrent": {str(k): v for k, v in self.overlap.items()},
-            "gate": self.gate, "gpu_stage": self.gpu_stage,
+            "gate": self.gate, "gpu_stage": self.gpu_stage, "versions": self.versions,
         }
 
 
 def build(results: Path, judge: Judge, baseline: str | None = None, drift: float = 0.05,
-          topology: str | None = None, node_map: str | None = None) -> SweepReport:
+          topology: str | None = None, node_map: str | None = None,
+          versions_dir: str | None = None) -> SweepReport:
     """Judge a pair sweep's results directory: the latest measurement of each pair (a retest
     replaces the sweep's), what the sweep alone said (for the pairs its retests cleared), slow
-    rails, the cables a ``topology`` blames, drift below a ``baseline`` file, the GPU stage."""
+    rails, the cables a ``topology`` blames, drift below a ``baseline`` file, the GPU stage,
+    and the swept nodes' versions (the hooks' inventories in ``versions_dir``)."""
     plan, pairs = rules.load_results(results)
     nodes = plan["nodes"]
     values, failed = rules.latest(pairs)
@@ -144,11 +152,47 @@ def build(results: Path, judge: Judge, baseline: str | None = None, drift: float
 
         drifted = baseline_mod.drift(values, baseline_mod.read(baseline), drift)
     verdicts = rules.gpu_stage(results, plan)
+    analysis = rules.with_gpu_stage(analysis, verdicts)
     return SweepReport(
         plan=plan, judge=judge, pairs=pairs, values=values, failed=failed,
-        analysis=rules.with_gpu_stage(analysis, verdicts), recovered=recovered,
+        analysis=analysis, recovered=recovered,
         slow_rails=rails, cables=cables, drifted=drifted, gpu_stage=verdicts,
-        execution=rules.check_execution(plan, sweep), overlap=rules.round_overlap(sweep))
+        execution=rules.check_execution(plan, sweep), overlap=rules.round_overlap(sweep),
+        versions=version_findings(nodes, analysis, versions_dir) if versions_dir else [])
+
+
+def version_findings(nodes: list[str], analysis: rules.Analysis,
+                     versions_dir: str) -> list[str]:
+    """The swept nodes' versions, from the inventories the health hooks leave in
+    ``versions_dir`` (node.versions): a node unlike the sweep's majority, and a version the
+    whole slow group shares and no other node has, the usual shared cause of a bimodal
+    sweep (a driver, an HCA firmware, a VBIOS). Said, never judged: the sweep's verdict
+    stays its bandwidth."""
+    from slurmfabric.health.checks.versions import drift, flatten, load_inventories
+
+    swept = set(nodes)
+    inventories = {n: v for n, v in load_inventories([versions_dir]).items() if n in swept}
+    if not inventories:
+        return [f"no inventory of a swept node in {versions_dir} (the prolog writes "
+                "<node>.json there when versions_dir is set)"]
+    lines = [f"{o.node} {o.component} {o.value or 'not reported'} ({o.count}/{o.total} "
+             f"swept nodes have {o.majority})" for o in drift(inventories)]
+    slow = [n for n in analysis.slow_group if n in inventories]
+    rest = [n for n in analysis.passing_nodes if n in inventories]
+    if slow and rest:
+        flat = {n: flatten(inventories[n]) for n in slow + rest}
+        for component in sorted({c for values in flat.values() for c in values}):
+            theirs = {flat[n].get(component) for n in slow}
+            others = {flat[n].get(component) for n in rest}
+            if len(theirs) == 1 and None not in theirs and not theirs & others:
+                lines.append(f"the slow group ({len(slow)} nodes) shares {component} "
+                             f"{next(iter(theirs))}; the other nodes have "
+                             f"{', '.join(sorted(v or 'none' for v in others))}")
+    missing = len(swept) - len(inventories)
+    if missing:
+        lines.append(f"{missing} of {len(swept)} swept nodes have no inventory in "
+                     f"{versions_dir}")
+    return lines
 
 
 def _cables(topology: str, node_map: str | None, analysis: rules.Analysis,

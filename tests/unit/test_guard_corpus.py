@@ -15,6 +15,7 @@ Classes this corpus pins (each has real cases the code before issue 34 got wrong
 
 from __future__ import annotations
 
+import json
 import re
 from itertools import combinations
 from pathlib import Path
@@ -367,6 +368,55 @@ def test_a_few_slow_nodes_keep_the_per_node_verdict(slow: int) -> None:
     nodes, values = _sweep(16, slow)
     analysis = analyze(nodes, values)
     assert analysis.slow_group == [] and analysis.suspect_nodes == nodes[:slow]
+
+
+def _driver(capture: str) -> str:
+    text = (CORPUS / "gpu" / capture).read_text()
+    return re.search(r"Driver Version\s*:\s*(\S+)", text).group(1)
+
+
+def _firmware(capture: str) -> dict[str, str]:
+    """ibstat's CA names and firmware, as the hooks read them from sysfs fw_ver."""
+    text = (CORPUS / "versions" / capture).read_text()
+    return dict(re.findall(r"CA '(\S+)'.*?Firmware version: (\S+)", text, re.S))
+
+
+def test_a_sweep_names_the_version_its_slow_group_shares(tmp_path: Path, capsys) -> None:
+    """Across a sweep (issue 34): the hooks' inventories of the swept nodes, drivers and HCA
+    firmware taken from real captures: the slow half runs H200's 550.90.12, the fast half
+    550.127.05 (gls' GH200 capture). No strict majority exists, so node.version_skew's rule
+    says nothing; the slow group's shared driver is named."""
+    import fakebw
+
+    from slurmfabric.commands import pairs as pairs_cmd
+
+    nodes = [f"n{i}" for i in range(8)]
+    inv = tmp_path / "versions"
+    inv.mkdir()
+    fw = _firmware("ibstat-cx6dx-l2fwdnv6.txt")
+    for i, node in enumerate(nodes):
+        driver = _driver("h200-550-q.txt" if i < 4 else "gh200-550-q.txt")
+        (inv / f"{node}.json").write_text(json.dumps(
+            {"node": node, "versions": {"driver": driver, "hca_fw": fw}}))
+    (inv / "n9.json").write_text(json.dumps({"node": "n9", "versions": {"driver": "x"}}))
+    plan = fakebw.sweep_results(tmp_path / "res", nodes, {n: 151.2 for n in nodes[:4]})
+    assert pairs_cmd.main(["report", str(plan.results), "--json", "--versions", str(inv)]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["slow_group"] == nodes[:4]
+    assert data["versions"] == ["the slow group (4 nodes) shares driver 550.90.12; the other "
+                                "nodes have 550.127.05"]
+    # one odd node in a healthy sweep: named against the majority, the exit code unchanged
+    (inv / "n7.json").write_text(json.dumps(
+        {"node": "n7", "versions": {"driver": "550.127.05", "hca_fw": {"mlx5_0": "22.31.1014"}}}))
+    for node in nodes[:4]:
+        (inv / f"{node}.json").write_text(json.dumps(
+            {"node": node, "versions": {"driver": "550.127.05", "hca_fw": fw}}))
+    good = fakebw.sweep_results(tmp_path / "ok", nodes, {})
+    assert pairs_cmd.main(["report", str(good.results), "--versions", str(inv)]) == 0
+    out = capsys.readouterr().out
+    assert "versions: n7 hca_fw:22 22.31.1014 (7/8 swept nodes have 22.32.2004)" in out
+    assert pairs_cmd.main(["report", str(good.results), "--versions", str(tmp_path)]) == 0
+    assert "versions: no inventory of a swept node in" in capsys.readouterr().out
 
 
 def test_one_file_per_rank_cannot_tell_only_when_no_file_can(tmp_path: Path, capsys) -> None:
