@@ -419,6 +419,26 @@ def test_a_sweep_names_the_version_its_slow_group_shares(tmp_path: Path, capsys)
     assert "versions: no inventory of a swept node in" in capsys.readouterr().out
 
 
+def test_an_ofed_info_that_prints_no_release_name_is_unread(tmp_path: Path) -> None:
+    """ompi#9957's node has no OFED: its shell says so. A wrapper that prints that with
+    exit 0 must leave OFED unread, not pin 'bash: ofed_info: command not found' as the
+    version (before: the first line, whatever it was)."""
+    from slurmfabric.health.checks import versions
+
+    said = (CORPUS / "versions" / "ofed_info-missing-ompi9957.txt").read_text()
+    assert versions.parse_ofed_info(said) is None
+    assert versions.parse_ofed_info(
+        (CORPUS / "versions" / "ofed_info-s-mlnx-ucxpy.txt").read_text()) == \
+        "MLNX_OFED_LINUX-5.4-3.5.8.0"
+    tool = tmp_path / "ofed_info"
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\n" + said + "EOF\n")
+    tool.chmod(0o755)
+    inv = versions.collect_local("n1", {"ofed_info": str(tool), "sysfs_root": str(tmp_path)},
+                                 10, gpus=False)
+    assert "ofed" not in inv.versions
+    assert inv.unread["ofed"].startswith("ofed_info -s printed no release name: '-bash: ")
+
+
 def test_one_file_per_rank_cannot_tell_only_when_no_file_can(tmp_path: Path, capsys) -> None:
     unknown = CORPUS / "nccl" / "nccl-1713-2.27-tagged-no-network-line.log"
     shown = tmp_path / "rank1.log"  # another rank's file that shows GDR (a made-up line)

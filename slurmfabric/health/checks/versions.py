@@ -56,12 +56,18 @@ class Inventory:
 # --- reading (each part fail-open) ----------------------------------------------------------
 
 
+# A release name: MLNX_OFED_LINUX-5.4-3.5.8.0, OFED-internal-24.10-1.1.4 (DOCA-Host); no
+# spaces, so a shell's "ofed_info: command not found" or a banner is not taken for one.
+_OFED_VERSION = re.compile(r"[A-Za-z][\w.+-]{0,119}")
+
+
 def parse_ofed_info(text: str) -> str | None:
-    """``ofed_info -s`` prints ``MLNX_OFED_LINUX-23.10-1.1.9.0:`` (one line, colon)."""
-    for line in text.splitlines():
+    """``ofed_info -s`` prints ``MLNX_OFED_LINUX-23.10-1.1.9.0:`` (one line, colon); the
+    first non-empty line, when it is a release name."""
+    for line in text.splitlines()[:50]:
         line = line.strip().rstrip(":")
         if line:
-            return line
+            return line if _OFED_VERSION.fullmatch(line) else None
     return None
 
 
@@ -133,6 +139,9 @@ def collect_local(node: str, expect: dict, timeout: float, gpus: bool = True) ->
             value = parse_ofed_info(out.stdout) if out.returncode == 0 else None
             if value:
                 found["ofed"] = value
+            elif out.returncode == 0:
+                head = (out.stdout.strip().splitlines() or ["nothing"])[0][:60]
+                unread["ofed"] = f"ofed_info -s printed no release name: {head!r}"
             else:
                 unread["ofed"] = f"ofed_info -s exit {out.returncode}"
         except Exception as exc:  # a ProbeError (deadline) or an unexpected failure
