@@ -58,7 +58,10 @@ FREE_KINDS = {"arg", "env_value", "srun_arg", "mpirun_arg"}
 FIELDS: dict[str, tuple[str, str | None]] = {
     **{f"job.{name}": ("sbatch", None) for name in (
         "name", "partition", "account", "qos", "time", "mem", "constraint", "reservation",
-        "output", "error", "array", "dependency", "mail_type", "mail_user")},
+        "output", "error", "array", "dependency", "mail_type", "mail_user",
+        # issue 31: Slurm's other request forms and common options
+        "mem_per_cpu", "mem_per_gpu", "gpu_type", "exclude", "nodelist", "distribution",
+        "hint")},
     "job.extra_sbatch[]": ("extra_sbatch", None),
     "launcher.slurmfabric": ("exe", None),
     "launcher.torchrun": ("exe", "torchrun"),

@@ -197,7 +197,7 @@ def test_program_rules() -> None:
     ("fabric.nccl.IB_HCA=x", "fabric.nccl"),
     ("fabric.type=infiniband", "fabric.type"),
     ("launcher.signal=KILL", "launcher.signal"),
-    ("job.mem=10GB", "job.mem"),
+    ("job.mem=10GiB", "job.mem"),  # Slurm takes 10G and 10GB, not 10GiB
     ("job.partition=a b", "job.partition"),
     ("job.output=/tmp/#x", "job.output"),
     ("job.extra_sbatch=[\"gres=x\"]", "job.extra_sbatch"),
