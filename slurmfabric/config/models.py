@@ -757,11 +757,36 @@ class JobConfig(BaseSettings):
         cls, settings_cls: type[BaseSettings], init_settings: Any, env_settings: Any,
         dotenv_settings: Any, file_secret_settings: Any,
     ) -> tuple[Any, ...]:
-        """Precedence, highest first: ``--set`` (init kwargs), environment, the user's TOML
-        file, the site defaults file. The files come from ``load_config``."""
-        from slurmfabric.config.sources import EnvSource, active_file_sources
+        """Precedence, highest first: ``--set`` (init kwargs), environment (only when the
+        caller asked for it: the CLI does), the user's TOML file (or table), the site
+        defaults file. The files come from ``load_config``."""
+        from slurmfabric.config.sources import EnvSource, active_file_sources, environment_active
 
-        return (init_settings, EnvSource(settings_cls), *active_file_sources(settings_cls))
+        env = (EnvSource(settings_cls),) if environment_active() else ()
+        return (init_settings, *env, *active_file_sources(settings_cls))
+
+    def __init__(self, **values: Any) -> None:
+        """``JobConfig(**table)`` refuses a bad table as a file would: a ConfigError with one
+        line per problem naming the field, never pydantic's multi-line report."""
+        from pydantic import ValidationError
+
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            from slurmfabric.config.report import CONFIG_HINT, format_errors
+            from slurmfabric.errors import ConfigError
+
+            raise ConfigError(format_errors(exc, type(self)), hint=CONFIG_HINT) from None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobConfig:
+        """A config from an in-memory table shaped like the TOML file (``{"job": {...}}``),
+        checked like one: no environment, no site defaults (``load_config(data=...)`` adds
+        those on request)."""
+        from slurmfabric.config.sources import file_sources
+
+        with file_sources([data]):
+            return cls()
 
     @model_validator(mode="before")
     @classmethod

@@ -17,8 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from slurmfabric.config.models import JobConfig, JobSection, LauncherSection
 from slurmfabric.errors import UsageError
+
+# The config classes of slurmfabric/config/models.py, which are not imported here: the
+# model's own checks read this table (extra_sbatch_problems), so an import back would be a
+# circle.
+JobConfig = Any  # config.models.JobConfig
+JobSection = Any  # config.models.JobSection
+LauncherSection = Any  # config.models.LauncherSection
 
 # Slurm requeues a job on preemption or node failure only when it is requeueable.
 _SLURM_REQUEUES = frozenset({"preempt", "node_fail"})

@@ -262,7 +262,7 @@ def _load(case: Case, stubs: Path) -> object | None:
         del os.environ[name]
     os.environ.update(env)
     try:
-        config = load_config(path, sets, site_defaults="")
+        config = load_config(path, sets, site_defaults="", environment=True)
         script = render_sbatch(config)
     except ConfigError as error:
         case.error = "\n".join(error.problems)

@@ -233,3 +233,18 @@ def test_signal_lines_clash_only_with_a_modelled_signal() -> None:
     (problem,) = problems(*SRUN, "job.ntasks_per_node=1", "launcher.signal=USR2",
                           'job.extra_sbatch=["--signal=B:USR2@60"]')
     assert "launcher.signal" in problem
+
+
+def test_the_docs_request_block_says_what_it_renders(tmp_path) -> None:
+    """docs/launch.md's [job] example, loaded as written, renders what its comments say."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "launch.md").read_text()
+    block = re.search(r"```toml\n(\[job\]\nnodes = 2\ngpus_per_node = 8\n.*?)```", text,
+                      re.S).group(1)
+    path = tmp_path / "job.toml"
+    path.write_text(block + '[launcher]\ntype = "srun"\n[program]\ncommand = ["train"]\n')
+    lines = sbatch(load_config(path, site_defaults=""))
+    for expected in ("--gpus-per-node=h100:8", "--cpus-per-gpu=12", "--mem=440gb",
+                     "--wait-all-nodes=1", "--exclude=gpu[001-002]", "--ntasks-per-node=8"):
+        assert expected in lines
