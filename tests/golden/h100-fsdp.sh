@@ -24,11 +24,13 @@
 set -euo pipefail
 
 # --- environment ---
-# Module scripts often read unset variables, so nounset is off while they run.
+# Module scripts often read unset variables, so nounset is off while they run; then it is
+# as it was (a script this block is spliced into keeps its own shell options).
+case $- in *u*) sf_nounset=1 ;; *) sf_nounset= ;; esac
 set +u
 module load cuda/12.4
 module load nccl/2.21
-set -u
+if [ -n "$sf_nounset" ]; then set -u; fi
 export OMP_NUM_THREADS=8
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 # NCCL settings from fabric.type and fabric.nccl (explicit ones win); the per-node
@@ -44,12 +46,12 @@ cd -- /home/alice/llm
 # slurmfabric runs every rank, so it must exist on every node: checked once, up front.
 sf_bin=slurmfabric
 sf_check='type -P -- "$1" >/dev/null 2>&1 || { echo "slurmfabric: error: $1 not found on ${SLURMD_NODENAME:-$(hostname)}; install it there, or set launcher.slurmfabric (its path on the compute nodes) or launcher.slurmfabric_module" >&2; exit 2; }'
-bash -c "$sf_check" sf-check "$sf_bin"
+bash -c "$sf_check" sf-check "$sf_bin" || exit 2
 srun --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
-  bash -c "$sf_check" sf-check "$sf_bin"
+  bash -c "$sf_check" sf-check "$sf_bin" || exit 2
 # Job-level values (MASTER_ADDR, a MASTER_PORT checked free on this first node, rendezvous
 # id) are computed here; per-rank values are set by 'slurmfabric launch' in each rank.
-slurmfabric_job_env="$(exec -- "$sf_bin" env)"
+slurmfabric_job_env="$(exec -- "$sf_bin" env)" || exit $?
 eval "$slurmfabric_job_env"
 
 # --- launch (torchrun) ---

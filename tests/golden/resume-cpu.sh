@@ -36,12 +36,12 @@ export SLURMFABRIC_PORT_RANGE=20000-29999
 # slurmfabric runs every rank, so it must exist on every node: checked once, up front.
 sf_bin=slurmfabric
 sf_check='type -P -- "$1" >/dev/null 2>&1 || { echo "slurmfabric: error: $1 not found on ${SLURMD_NODENAME:-$(hostname)}; install it there, or set launcher.slurmfabric (its path on the compute nodes) or launcher.slurmfabric_module" >&2; exit 2; }'
-bash -c "$sf_check" sf-check "$sf_bin"
+bash -c "$sf_check" sf-check "$sf_bin" || exit 2
 srun --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
-  bash -c "$sf_check" sf-check "$sf_bin"
+  bash -c "$sf_check" sf-check "$sf_bin" || exit 2
 # Job-level values (MASTER_ADDR, a MASTER_PORT checked free on this first node, rendezvous
 # id) are computed here; per-rank values are set by 'slurmfabric launch' in each rank.
-slurmfabric_job_env="$(exec -- "$sf_bin" env)"
+slurmfabric_job_env="$(exec -- "$sf_bin" env)" || exit $?
 eval "$slurmfabric_job_env"
 
 # --- launch (torchrun) ---
