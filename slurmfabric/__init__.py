@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 # name -> "module:attribute", imported on first access (PEP 562).
 _LAZY = {
     "render_sbatch": "slurmfabric.job.render:render_sbatch",
+    "render_sbatch_header": "slurmfabric.job.render:render_sbatch_header",
     "render_env_block": "slurmfabric.job.render:render_env_block",
     "render_launch": "slurmfabric.job.render:render_launch",
     "load_config": "slurmfabric.config:load_config",

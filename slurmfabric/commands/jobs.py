@@ -53,7 +53,7 @@ def _report(job, status, as_json: bool) -> int:
         data["summary"] = summary.to_dict() if summary else None
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
-        print(f"job {status.job_id}: {status.state}"
+        print(f"job {status.key}: {status.state}"
               + (f" ({status.reason})" if status.reason not in ("", "None") else "")
               + (f" on {status.nodes}" if status.nodes else "")
               + (f", elapsed {status.elapsed}" if status.elapsed else "")
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
         return 0 if status.state == "COMPLETED" else 1
     if args.action == "cancel":
         job.cancel(args.signal)
-        print(f"job {job.job_id}: " + (f"sent {args.signal}" if args.signal else "cancelled"))
+        print(f"job {job.key}: " + (f"sent {args.signal}" if args.signal else "cancelled"))
         return 0
     if args.follow:
         return _follow(job, args.rank)

@@ -100,7 +100,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     else:
         from slurmfabric.config import load_config
 
-        config = load_config(args.config, args.sets, args.site_defaults)
+        # the CLI reads SLURMFABRIC_* variables; a library caller opts in
+        config = load_config(args.config, args.sets, args.site_defaults, environment=True)
     for line in lookalikes(config):
         print(f"slurmfabric: warning: {line}", file=sys.stderr)
     return config

@@ -71,10 +71,11 @@ def main(argv: list[str]) -> int:
     return _wait_and_show(job_id, args.timeout)
 
 
-def _wait_resumable(job_id: str, timeout: float, config, workdir: str | None) -> int:
+def _wait_resumable(job_key: str, timeout: float, config, workdir: str | None) -> int:
     """Wait through requeues and successors; print the output and the restart history."""
     import os
 
+    from slurmfabric.job.follow import parse_job_id
     from slurmfabric.job.render import checkpoint_dir
     from slurmfabric.restart.follow import wait_run
     from slurmfabric.restart.report import format_history, history
@@ -82,7 +83,8 @@ def _wait_resumable(job_id: str, timeout: float, config, workdir: str | None) ->
 
     base = os.path.join(workdir or os.getcwd(), config.program.workdir or "")
     directory = os.path.join(base, checkpoint_dir(config))
-    last, record = wait_run(job_id, directory, timeout)
+    job_id, cluster = parse_job_id(job_key)
+    last, record = wait_run(job_id, directory, timeout, cluster=cluster)
     state = slurmcmd.job_state(record.get("JobState"))
     out_path = record.get("StdOut", "")
     print(f"job {last} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
@@ -93,17 +95,17 @@ def _wait_resumable(job_id: str, timeout: float, config, workdir: str | None) ->
     return 0 if state == "COMPLETED" else 1
 
 
-def _wait_and_show(job_id: str, timeout: float) -> int:
+def _wait_and_show(job_key: str, timeout: float) -> int:
     """Wait for the job, print its output file, and turn its state into an exit code."""
+    from slurmfabric.job.follow import Job, parse_job_id
     from slurmfabric.slurm import cmd as slurmcmd
 
-    record = slurmcmd.wait_job(job_id, timeout)
+    job_id, cluster = parse_job_id(job_key)  # 123;cluster: every command gets --clusters
+    record = slurmcmd.wait_job(job_id, timeout, cluster=cluster)
     state = slurmcmd.job_state(record.get("JobState"))
     out_path = record.get("StdOut", "")
-    print(f"job {job_id} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
+    print(f"job {job_key} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
     sys.stdout.write(slurmcmd.read_output_file(out_path))
     if state != "COMPLETED":
-        from slurmfabric.job.follow import Job
-
-        print(Job(job_id).summary().text())
+        print(Job(job_id, cluster).summary().text())
     return 0 if state == "COMPLETED" else 1

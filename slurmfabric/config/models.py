@@ -30,7 +30,17 @@ TIME_FORMS = "MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, " \
     "DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS or UNLIMITED"
 # Conservative job names: safe in every #SBATCH parser, squeue column and file name.
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-=@:]{0,127}\Z")
-_MEM = re.compile(r"^\d+[KMGT]?\Z")
+# nccl-tests' own size arguments (-b/-e): a number with K, M or G.
+_SIZE = re.compile(r"^\d+[KMGT]?\Z")
+# Slurm's memory sizes (sbatch(1) --mem, --mem-per-cpu, --mem-per-gpu): digits, then an
+# optional K, M, G or T in either case, which may itself be followed by b or B; no suffix
+# means megabytes (str_to_mbytes() in src/common/proc_args.c, SchedMD/slurm@016994e).
+_SLURM_MEM = re.compile(r"^\d+(?:[KMGTkmgt][bB]?)?\Z")
+_MEM_FACTOR = {"": 1, "k": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+# GPU type names as gres.conf writes them (Type=a100, Type=h100_80gb); no ':' or ','.
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
+GPU_REQUESTS = ("gpus-per-node", "gres", "gpus-per-task", "none")
+HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # #SBATCH values: sbatch and pyslurm split these lines on whitespace and cut at '#', so a
 # value must be one plain word.
@@ -44,6 +54,34 @@ def _sbatch_word(value: Optional[str], what: str) -> Optional[str]:
             "spaces, quotes, '#', '\\', '`' or '$'"
         )
     return value
+
+
+def slurm_mbytes(value: str) -> int:
+    """A Slurm memory size in megabytes, as str_to_mbytes() reads it (K rounds up)."""
+    match = re.match(r"^(\d+)([KMGTkmgt]?)", value)
+    if not _SLURM_MEM.match(value) or match is None:
+        raise ValueError(f"{value!r} is not a Slurm memory size")
+    number, unit = int(match.group(1)), match.group(2).lower()
+    return (number + 1023) // 1024 if unit == "k" else number * _MEM_FACTOR[unit]
+
+
+def distribution_problem(value: str) -> Optional[str]:
+    """Why Slurm's verify_dist_type() would refuse ``value`` (sbatch(1) --distribution), or
+    None. Its words compare case-insensitively; plane=N stands alone."""
+    if value[:5].lower() == "plane":
+        size = value[6:] if value[5:6] == "=" else ""
+        return None if size.isdigit() and 0 < int(size) <= 2**31 - 1 else \
+            "plane needs its size: plane=N with N >= 1"
+    base, _, flag = value.partition(",")
+    words = base.lower().split(":")
+    if flag and flag.lower() not in ("pack", "nopack"):
+        return f"{flag!r} after ',' is not Pack or NoPack"
+    if len(words) == 1 and words[0] in ("arbitrary", "hostfile", "pack", "nopack"):
+        return None if not flag or words[0] not in ("pack", "nopack") else "one flag only"
+    if len(words) > 3 or words[0] not in ("*", "block", "cyclic") or not all(
+            word in ("*", "block", "cyclic", "fcyclic") for word in words[1:]):
+        return "not a node[:socket[:core]] distribution"
+    return None
 
 
 class Section(BaseModel):
@@ -61,10 +99,19 @@ class JobSection(Section):
     qos: Optional[str] = None
     time: Optional[str] = None
     nodes: int = Field(1, ge=1)
+    # The GPUs each node uses (ranks are counted from it), and how Slurm is asked for them:
+    # --gpus-per-node, --gres=gpu:N, --gpus-per-task, or not at all ("none": clusters
+    # without GPU gres, where every node's GPUs come with the node).
     gpus_per_node: int = Field(0, ge=0)
+    gpu_request: Literal["gpus-per-node", "gres", "gpus-per-task", "none"] = "gpus-per-node"
+    gpus_per_task: Optional[int] = Field(None, ge=1)
+    gpu_type: Optional[str] = None  # typed request: "h100" -> --gpus-per-node=h100:8
     ntasks_per_node: Optional[int] = Field(None, ge=1)
     cpus_per_task: Optional[int] = Field(None, ge=1)
+    cpus_per_gpu: Optional[int] = Field(None, ge=1)
     mem: Optional[str] = None
+    mem_per_cpu: Optional[str] = None
+    mem_per_gpu: Optional[str] = None
     exclusive: bool = False
     constraint: Optional[str] = None
     reservation: Optional[str] = None
@@ -75,7 +122,26 @@ class JobSection(Section):
     requeue: Optional[bool] = None
     mail_type: Optional[str] = None
     mail_user: Optional[str] = None
+    wait_all_nodes: Optional[bool] = None
+    ntasks_per_core: Optional[int] = Field(None, ge=1)
+    exclude: Optional[str] = None
+    nodelist: Optional[str] = None
+    distribution: Optional[str] = None
+    hint: Optional[str] = None
     extra_sbatch: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_from_tasks(cls, data: Any) -> Any:
+        """``--gpus-per-task=G --ntasks-per-node=T`` as people write it: the node then uses
+        G*T GPUs, so gpus_per_node may be left out."""
+        if isinstance(data, dict) and "gpus_per_node" not in data and \
+                data.get("gpu_request") == "gpus-per-task":
+            per_task, tasks = (str(data.get(name)) for name in ("gpus_per_task",
+                                                                "ntasks_per_node"))
+            if per_task.isdigit() and tasks.isdigit():  # else: the field checks say why
+                data = {**data, "gpus_per_node": int(per_task) * int(tasks)}
+        return data
 
     @field_validator("time", mode="before")
     @classmethod
@@ -98,16 +164,50 @@ class JobSection(Section):
             )
         return value
 
-    @field_validator("mem")
+    @field_validator("mem", "mem_per_cpu", "mem_per_gpu", mode="before")
     @classmethod
-    def _mem(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not _MEM.match(value):
-            raise ValueError(f"memory {value!r} is not accepted: use a number with K, M, G or T")
+    def _mem(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            value = str(value)  # TOML `mem = 4096`: megabytes, as in sbatch
+        if isinstance(value, str) and not _SLURM_MEM.match(value):
+            option = info.field_name.replace("_", "-")
+            raise ValueError(
+                f"memory {value!r} is not a size Slurm reads (sbatch --{option}); "
+                "accepted: a whole number with an optional K, M, G or T (either case, "
+                "optionally followed by B), e.g. 440G, 440gb or 512000 (megabytes)"
+            )
+        return value
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _GPU_TYPE.match(value):
+            raise ValueError(f"GPU type {value!r} is not a gres type name; accepted: a name "
+                             "from the cluster's gres.conf Type=, e.g. 'h100' or 'a100_80gb'")
+        return value
+
+    @field_validator("distribution")
+    @classmethod
+    def _distribution(cls, value: Optional[str]) -> Optional[str]:
+        why = None if value is None else distribution_problem(value)
+        if why:
+            raise ValueError(
+                f"distribution {value!r}: {why}; accepted (sbatch --distribution): block, "
+                "cyclic, arbitrary or plane=N, optionally :SOCKET[:CORE] (block, cyclic, "
+                "fcyclic or *) and ,Pack or ,NoPack")
+        return value
+
+    @field_validator("hint")
+    @classmethod
+    def _hint(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and value.lower() not in HINTS:
+            raise ValueError(f"hint {value!r} is not one sbatch --hint takes; accepted: "
+                             + ", ".join(HINTS))
         return value
 
     @field_validator(
         "partition", "account", "qos", "constraint", "reservation", "output", "error",
-        "array", "dependency", "mail_type", "mail_user",
+        "array", "dependency", "mail_type", "mail_user", "exclude", "nodelist",
     )
     @classmethod
     def _word(cls, value: Optional[str], info: Any) -> Optional[str]:
@@ -188,7 +288,7 @@ class NcclTests(Section):
     @field_validator("min_bytes", "max_bytes")
     @classmethod
     def _size(cls, value: str) -> str:
-        if not _MEM.match(value):
+        if not _SIZE.match(value):
             raise ValueError(f"size {value!r} is not accepted: use a number with K, M or G")
         return value
 
@@ -461,12 +561,64 @@ def cross_field_problems(job: JobSection, launcher: LauncherSection,
             "e.g. [\"python\", \"train.py\"]"
         )
     problems += resume_problems(job, launcher)
+    problems += request_problems(job, launcher)
+    from slurmfabric.job.options import extra_sbatch_problems  # the options table's owner
+
+    problems += extra_sbatch_problems(job, launcher)
     if kind == "mpirun" and program.container_image:
         problems.append(
             "program.container_image: containers start through srun (pyxis); accepted with "
             "launchers torchrun, srun, srun-pmix, nccl-tests, not mpirun"
         )
     return problems
+
+
+def slurm_tasks_per_node(job: JobSection, launcher: LauncherSection) -> int:
+    """Slurm tasks per node: one torchrun agent, else one task per GPU (per rank's GPUs for
+    nccl-tests) unless job.ntasks_per_node says; 0 when a CPU-only job leaves it unset."""
+    if launcher.type == "torchrun":
+        return 1
+    per_rank = launcher.nccl_tests.gpus_per_rank if launcher.type == "nccl-tests" else 1
+    return job.ntasks_per_node or job.gpus_per_node // per_rank
+
+
+def request_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
+    """Slurm's request forms against each other (sbatch(1) names the exclusive pairs)."""
+    out: list[str] = []
+    gpus, form = job.gpus_per_node, job.gpu_request
+    requested = bool(gpus) and form != "none"
+    if job.gpus_per_task is not None and form != "gpus-per-task":
+        out.append(f"job.gpus_per_task: only read with job.gpu_request = 'gpus-per-task' (it is "
+                   f"{form!r}); accepted: unset, or gpu_request = 'gpus-per-task'")
+    if form == "gpus-per-task":
+        tasks = slurm_tasks_per_node(job, launcher)
+        if not gpus:
+            out.append("job.gpus_per_node: gpu_request = 'gpus-per-task' needs the GPUs each "
+                       "node uses; accepted: job.gpus_per_node >= 1, or job.gpus_per_task "
+                       "with job.ntasks_per_node")
+        elif tasks and gpus % tasks == 0 and job.gpus_per_task not in (None, gpus // tasks):
+            out.append(f"job.gpus_per_task: {launcher.type} runs {tasks} task(s) per node on "
+                       f"job.gpus_per_node={gpus} GPUs, so each task gets {gpus // tasks}, not "
+                       f"{job.gpus_per_task}; accepted: {gpus // tasks} or unset")
+    if job.gpu_type is not None and not requested:
+        out.append(f"job.gpu_type: {job.gpu_type!r} types a GPU request, but this job requests "
+                   "no GPUs (job.gpus_per_node = 0 or job.gpu_request = 'none'); accepted: unset")
+    if job.cpus_per_gpu is not None and job.cpus_per_task is not None:
+        out.append("job.cpus_per_gpu: sbatch refuses it beside --cpus-per-task (job.cpus_per_task"
+                   "); accepted: one of the two")
+    for name in ("cpus_per_gpu", "mem_per_gpu"):
+        if getattr(job, name) is not None and not requested:
+            out.append(f"job.{name}: counts per requested GPU, but this job requests none "
+                       "(job.gpus_per_node = 0 or job.gpu_request = 'none'); accepted: unset")
+    mems = [name for name in ("mem", "mem_per_cpu", "mem_per_gpu") if getattr(job, name)
+            is not None]
+    if len(mems) > 1:
+        out.append(f"job.{mems[1]}: sbatch takes one of --mem, --mem-per-cpu and --mem-per-gpu, "
+                   f"and job.{mems[0]} is set too; accepted: one of them")
+    if job.hint is not None and job.ntasks_per_core is not None:
+        out.append("job.hint: sbatch --hint is incompatible with --ntasks-per-core "
+                   "(job.ntasks_per_core); accepted: one of the two")
+    return out
 
 
 def time_limit_seconds(value: Optional[str]) -> Optional[int]:
@@ -605,11 +757,36 @@ class JobConfig(BaseSettings):
         cls, settings_cls: type[BaseSettings], init_settings: Any, env_settings: Any,
         dotenv_settings: Any, file_secret_settings: Any,
     ) -> tuple[Any, ...]:
-        """Precedence, highest first: ``--set`` (init kwargs), environment, the user's TOML
-        file, the site defaults file. The files come from ``load_config``."""
-        from slurmfabric.config.sources import EnvSource, active_file_sources
+        """Precedence, highest first: ``--set`` (init kwargs), environment (only when the
+        caller asked for it: the CLI does), the user's TOML file (or table), the site
+        defaults file. The files come from ``load_config``."""
+        from slurmfabric.config.sources import EnvSource, active_file_sources, environment_active
 
-        return (init_settings, EnvSource(settings_cls), *active_file_sources(settings_cls))
+        env = (EnvSource(settings_cls),) if environment_active() else ()
+        return (init_settings, *env, *active_file_sources(settings_cls))
+
+    def __init__(self, **values: Any) -> None:
+        """``JobConfig(**table)`` refuses a bad table as a file would: a ConfigError with one
+        line per problem naming the field, never pydantic's multi-line report."""
+        from pydantic import ValidationError
+
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            from slurmfabric.config.report import CONFIG_HINT, format_errors
+            from slurmfabric.errors import ConfigError
+
+            raise ConfigError(format_errors(exc, type(self)), hint=CONFIG_HINT) from None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobConfig:
+        """A config from an in-memory table shaped like the TOML file (``{"job": {...}}``),
+        checked like one: no environment, no site defaults (``load_config(data=...)`` adds
+        those on request)."""
+        from slurmfabric.config.sources import file_sources
+
+        with file_sources([data]):
+            return cls()
 
     @model_validator(mode="before")
     @classmethod

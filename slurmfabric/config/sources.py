@@ -1,8 +1,11 @@
 """Config sources other than pydantic-settings' own (init kwargs, environment).
 
 ``--set key=value`` strings become a nested dict; TOML files are read with errors that name
-the file. The files for one ``load_config`` call are handed to ``JobConfig`` through a
-context variable, so concurrent loads (threads, tests) never see each other's files.
+the file. The files (or in-memory tables) for one ``load_config`` call, and whether the
+``SLURMFABRIC_*`` environment takes part, are handed to ``JobConfig`` through context
+variables, so concurrent loads (threads, tests) never see each other's sources. The
+environment is off unless a caller turns it on: a generator that imports slurmfabric must
+not pick up variables it never meant for it (the CLI turns it on).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python < 3.11 only
     import tomli as tomllib
 
-_FILES: ContextVar[tuple[Path, ...]] = ContextVar("slurmfabric_config_files", default=())
+_FILES: ContextVar[tuple[Path | dict[str, Any], ...]] = ContextVar(
+    "slurmfabric_config_files", default=())
+_ENVIRONMENT: ContextVar[bool] = ContextVar("slurmfabric_config_environment", default=False)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -47,6 +52,20 @@ class TomlFileSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return read_toml(self.path)
+
+
+class DictSource(PydanticBaseSettingsSource):
+    """A config table given in memory (``load_config(data=...)``), at a file's place."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self.data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole table
+
+    def __call__(self) -> dict[str, Any]:
+        return self.data
 
 
 # Dict fields whose keys are environment variable names: their case matters.
@@ -112,17 +131,30 @@ class EnvSource(EnvSettingsSource):
 
 
 @contextmanager
-def file_sources(paths: Sequence[Path]) -> Iterator[None]:
-    """Make ``paths`` (highest precedence first) the file sources of JobConfig inside."""
-    token = _FILES.set(tuple(paths))
+def file_sources(paths: Sequence[Path | dict[str, Any]],
+                 environment: bool = False) -> Iterator[None]:
+    """Make ``paths`` (TOML files or in-memory tables, highest precedence first) the file
+    sources of JobConfig inside, and the SLURMFABRIC_* environment one when asked."""
+    for item in paths:
+        if not isinstance(item, (Path, dict)):
+            raise ConfigError([f"config: got {type(item).__name__}; accepted: a table (dict) "
+                               "shaped like the TOML file, e.g. {'job': {'nodes': 2}}"])
+    token, env_token = _FILES.set(tuple(paths)), _ENVIRONMENT.set(environment)
     try:
         yield
     finally:
         _FILES.reset(token)
+        _ENVIRONMENT.reset(env_token)
 
 
-def active_file_sources(settings_cls: type[BaseSettings]) -> list[TomlFileSource]:
-    return [TomlFileSource(settings_cls, path) for path in _FILES.get()]
+def environment_active() -> bool:
+    """Whether the SLURMFABRIC_* environment is a source of the config being built."""
+    return _ENVIRONMENT.get()
+
+
+def active_file_sources(settings_cls: type[BaseSettings]) -> list[PydanticBaseSettingsSource]:
+    return [DictSource(settings_cls, item) if isinstance(item, dict)
+            else TomlFileSource(settings_cls, item) for item in _FILES.get()]
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:

@@ -46,6 +46,11 @@ def records_dir() -> Path:
     return Path(state) / "slurmfabric" / "jobs"
 
 
+def job_key(job_id: str, cluster: str | None) -> str:
+    """The one spelling of a job shown to people and stored: sbatch --parsable's own."""
+    return f"{job_id};{cluster}" if cluster else job_id
+
+
 def parse_job_id(text: str) -> tuple[str, str | None]:
     """``123``, ``123;c1`` (a cluster), ``123_4`` (an array task), ``123+1`` (a het
     component) -> (job id, cluster)."""
@@ -73,7 +78,7 @@ class Record:
 
     @property
     def key(self) -> str:
-        return f"{self.job_id};{self.cluster}" if self.cluster else self.job_id
+        return job_key(self.job_id, self.cluster)
 
 
 def save_record(record: Record, script: str) -> Path:
@@ -115,6 +120,7 @@ def find_record(job_id: str, cluster: str | None = None) -> Record | None:
 class Status:
     job_id: str
     state: str
+    cluster: str | None = None
     reason: str = ""
     nodes: str = ""
     elapsed: str = ""
@@ -126,6 +132,11 @@ class Status:
     @property
     def done(self) -> bool:
         return self.state in slurmcmd.FINAL_STATES
+
+    @property
+    def key(self) -> str:
+        """``123`` or ``123;cluster``: the id as sbatch printed it."""
+        return job_key(self.job_id, self.cluster)
 
 
 @dataclass
@@ -229,9 +240,22 @@ class Job:
 
     def __init__(self, job_id: str, cluster: str | None = None, record: Record | None = None,
                  env: dict[str, str] | None = None) -> None:
-        self.job_id, self.cluster = job_id, cluster
         self.record = record if record is not None else find_record(job_id, cluster)
+        if cluster is None and self.record is not None:
+            cluster = self.record.cluster  # `jobs status 123` of a job submitted as 123;c1
+        self.job_id, self.cluster = job_id, cluster
         self.env = env
+
+    @property
+    def key(self) -> str:
+        """``123`` or ``123;cluster``, as sbatch printed it."""
+        return job_key(self.job_id, self.cluster)
+
+    def __str__(self) -> str:
+        return self.key
+
+    def __repr__(self) -> str:
+        return f"Job({self.key!r})"
 
     @classmethod
     def from_text(cls, text: str, env: dict[str, str] | None = None) -> Job:
@@ -244,7 +268,8 @@ class Job:
         if r is None:
             return self._from_accounting()
         restarts = r.get("Restarts", "0")
-        return Status(job_id=self.job_id, state=slurmcmd.job_state(r.get("JobState")),
+        return Status(job_id=self.job_id, cluster=self.cluster,
+                      state=slurmcmd.job_state(r.get("JobState")),
                       reason=r.get("Reason", ""), nodes=r.get("NodeList", ""),
                       elapsed=r.get("RunTime", ""), exit_code=r.get("ExitCode", ""),
                       restarts=int(restarts) if restarts.isdigit() else 0,
@@ -253,9 +278,10 @@ class Job:
     def _from_accounting(self) -> Status:
         row = slurmcmd.accounting_job(self.job_id, env=self.env, cluster=self.cluster)
         if row is None:
-            raise SlurmCommandError(f"job {self.job_id} is known neither to slurmctld nor to "
-                                    "accounting", hint="check the id (and --clusters)")
-        return Status(job_id=self.job_id, state=slurmcmd.job_state(row["State"]),
+            raise SlurmCommandError(f"job {self.key} is known neither to slurmctld nor to "
+                                    "accounting", hint="check the id (and its ;cluster)")
+        return Status(job_id=self.job_id, cluster=self.cluster,
+                      state=slurmcmd.job_state(row["State"]),
                       exit_code=row["ExitCode"], elapsed=row["Elapsed"],
                       nodes=row["NodeList"], reason=row["Reason"], source="sacct",
                       stdout=self._output_path())
@@ -270,8 +296,8 @@ class Job:
     def wait(self, timeout: float = 3600, poll: float = 1.0) -> Status:
         """Until the job ends, following it into accounting once slurmctld forgets it."""
         return slurmcmd.wait_until(self.status, lambda status: status.state, timeout, poll,
-                                   what=f"job {self.job_id}",
-                                   hint=f"slurmfabric jobs status {self.job_id}")
+                                   what=f"job {self.key}",
+                                   hint=f"slurmfabric jobs status '{self.key}'")
 
     def cancel(self, signal: str | None = None) -> None:
         slurmcmd.cancel(self.job_id, self.cluster, signal, env=self.env)
@@ -301,13 +327,13 @@ class Job:
         if status.nodes:
             try:  # one scontrol call for every node, not one per node of a large job
                 ours = set(_expand(status.nodes))
-                for record in slurmcmd.show("node", env=self.env):
+                for record in slurmcmd.show("node", env=self.env, cluster=self.cluster):
                     reason = slurmcmd.node_reason(record)
                     if record.get("NodeName") in ours and reason.startswith("slurmfabric:"):
                         drains[record["NodeName"]] = reason
             except SlurmCommandError:
                 pass
-        s = summarize(self.job_id, status.state, status.exit_code, output, drains)
+        s = summarize(self.key, status.state, status.exit_code, output, drains)
         if s.first is not None and self.record is not None and self.record.task_output:
             own = slurmcmd.read_output_file(self.log_path(s.first.rank))
             if own:

@@ -17,8 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import UsageError
+
+# The config classes of slurmfabric/config/models.py, which are not imported here: the
+# model's own checks read this table (extra_sbatch_problems), so an import back would be a
+# circle.
+JobConfig = Any  # config.models.JobConfig
+JobSection = Any  # config.models.JobSection
+LauncherSection = Any  # config.models.LauncherSection
 
 # Slurm requeues a job on preemption or node failure only when it is requeueable.
 _SLURM_REQUEUES = frozenset({"preempt", "node_fail"})
@@ -86,14 +92,26 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _always(_value: str, _job: JobSection, _launcher: LauncherSection) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Option:
     """One Slurm option: its value (None: not given), its sbatch(1) long option and its
-    pyslurm ``JobSubmitDescription`` attribute, each with its own spelling of the value."""
+    pyslurm ``JobSubmitDescription`` attribute, each with its own spelling of the value.
+
+    ``field`` is the config field that sets it and ``aliases`` the other sbatch(1)
+    spellings of the same request (short forms, related options), so that a raw
+    ``job.extra_sbatch`` line that would set it too is refused (``clashes`` narrows that
+    when the option sets only part of what its name covers, like ``--gres``)."""
 
     sbatch: str  # sbatch(1) long option, without "--"
-    pyslurm: str  # JobSubmitDescription attribute (pyslurm 25.11)
+    pyslurm: Optional[str]  # JobSubmitDescription attribute (pyslurm 25.11); None: none
     value: Callable[[JobConfig, Shape], Any]
+    field: str = ""  # default: job.<sbatch name with '_'>
+    aliases: tuple[str, ...] = ()  # short letters ("N") and other long names ("ntasks")
+    clashes: Callable[[str, JobSection, LauncherSection], bool] = _always
     to_pyslurm: Callable[[Any], Any] = _same
     to_sbatch: Optional[Callable[[Any], str]] = None  # default: --NAME=VALUE
 
@@ -107,35 +125,130 @@ def _job(name: str) -> Callable[[JobConfig, Shape], Any]:
     return lambda config, _shape: getattr(config.job, name)
 
 
+def _gpus(form: str, per: Callable[[Shape], int]) -> Callable[[JobConfig, Shape], Any]:
+    """The GPU count of one request form (job.gpu_request), typed when job.gpu_type is set:
+    ``h100:8`` (--gpus-per-node, --gpus-per-task), None for the other forms."""
+    def value(config: JobConfig, job_shape: Shape) -> Any:
+        job = config.job
+        if job.gpu_request != form or not job.gpus_per_node:
+            return None
+        count = per(job_shape)
+        return f"{job.gpu_type}:{count}" if job.gpu_type else count
+    return value
+
+
+def _gres(value: Any) -> str:
+    """A GPU count as a gres (``gpu:8``, ``gpu:h100:8``): pyslurm's gres_per_node and
+    sbatch --gres both take this form."""
+    return f"gpu:{value}"
+
+
+def _gpu_gres(value: str, job: JobSection, _launcher: LauncherSection) -> bool:
+    """Only a GPU gres clashes (``--gres=nvme:1`` adds another resource), unless the job's
+    own GPUs are a --gres, which a second --gres line would replace (sbatch keeps the last)."""
+    return job.gpu_request == "gres" or "gpu" in value.lower()
+
+
+_GPU_FIELD = "job.gpus_per_node/job.gpu_request"
+
 OPTIONS: tuple[Option, ...] = (
-    Option("job-name", "name", _job("name")),
-    Option("nodes", "nodes", lambda _c, s: s.nodes),
-    Option("ntasks-per-node", "ntasks_per_node", lambda _c, s: s.tasks_per_node),
+    Option("job-name", "name", _job("name"), "job.name", ("J",)),
+    Option("nodes", "nodes", lambda _c, s: s.nodes, aliases=("N",)),
+    Option("ntasks-per-node", "ntasks_per_node", lambda _c, s: s.tasks_per_node,
+           aliases=("ntasks", "n", "ntasks-per-gpu")),
     # pyslurm has no gpus_per_node: its docs send --gpus-per-node to gres_per_node.
-    Option("gpus-per-node", "gres_per_node", lambda _c, s: s.gpus_per_node or None,
-           to_pyslurm=lambda n: f"gpu:{n}"),
-    Option("partition", "partitions", _job("partition")),
-    Option("account", "account", _job("account")),
-    Option("qos", "qos", _job("qos")),
-    Option("time", "time_limit", _job("time")),
+    Option("gpus-per-node", "gres_per_node", _gpus("gpus-per-node", lambda s: s.gpus_per_node),
+           _GPU_FIELD, ("gpus", "G", "gpus-per-socket"), to_pyslurm=_gres),
+    Option("gres", "gres_per_node", _gpus("gres", lambda s: s.gpus_per_node), _GPU_FIELD,
+           clashes=_gpu_gres, to_pyslurm=_gres, to_sbatch=lambda v: f"--gres={_gres(v)}"),
+    Option("gpus-per-task", "gpus_per_task",
+           _gpus("gpus-per-task", lambda s: s.gpus_per_node // s.tasks_per_node),
+           "job.gpus_per_task/job.gpu_request"),
+    Option("partition", "partitions", _job("partition"), aliases=("p",)),
+    Option("account", "account", _job("account"), aliases=("A",)),
+    Option("qos", "qos", _job("qos"), aliases=("q",)),
+    Option("time", "time_limit", _job("time"), aliases=("t",)),
     Option("mem", "memory_per_node", _job("mem")),  # a string: pyslurm skips a falsy 0
-    Option("cpus-per-task", "cpus_per_task", _job("cpus_per_task")),
-    Option("constraint", "constraints", _job("constraint")),
+    Option("mem-per-cpu", "memory_per_cpu", _job("mem_per_cpu")),
+    Option("mem-per-gpu", "memory_per_gpu", _job("mem_per_gpu")),
+    Option("cpus-per-task", "cpus_per_task", _job("cpus_per_task"), aliases=("c",)),
+    Option("cpus-per-gpu", "cpus_per_gpu", _job("cpus_per_gpu")),
+    Option("constraint", "constraints", _job("constraint"), aliases=("C",)),
     Option("reservation", "reservations", _job("reservation")),
-    Option("output", "standard_output", _job("output")),
-    Option("error", "standard_error", _job("error")),
-    Option("array", "array", _job("array")),
-    Option("dependency", "dependencies", _job("dependency")),
+    Option("output", "standard_output", _job("output"), aliases=("o",)),
+    Option("error", "standard_error", _job("error"), aliases=("e",)),
+    Option("array", "array", _job("array"), aliases=("a",)),
+    Option("dependency", "dependencies", _job("dependency"), aliases=("d",)),
     Option("mail-type", "mail_types", _job("mail_type")),
     Option("mail-user", "mail_user", _job("mail_user")),
     Option("exclusive", "resource_sharing", lambda c, _s: True if c.job.exclusive else None,
            to_pyslurm=lambda _v: "exclusive", to_sbatch=lambda _v: "--exclusive"),
-    Option("requeue", "is_requeueable", lambda _c, s: s.requeue,
+    Option("requeue", "is_requeueable", lambda _c, s: s.requeue, aliases=("no-requeue",),
            to_sbatch=lambda v: "--requeue" if v else "--no-requeue"),
-    Option("signal", "signal", lambda _c, s: s.signal, to_pyslurm=Signal.pyslurm,
-           to_sbatch=lambda v: f"--signal={v.sbatch()}"),
-    Option("open-mode", "log_files_open_mode", lambda _c, s: s.open_mode),
+    Option("signal", "signal", lambda _c, s: s.signal, "launcher.signal/launcher.resume",
+           clashes=lambda _v, _j, launcher: bool(launcher.signal or launcher.resume.enabled),
+           to_pyslurm=Signal.pyslurm, to_sbatch=lambda v: f"--signal={v.sbatch()}"),
+    Option("open-mode", "log_files_open_mode", lambda _c, s: s.open_mode, "launcher.resume",
+           clashes=lambda _v, _j, launcher: launcher.resume.enabled),
+    # sbatch(1) --wait-all-nodes=0|1: start the script only once every node booted.
+    Option("wait-all-nodes", "wait_all_nodes", _job("wait_all_nodes"),
+           to_sbatch=lambda v: f"--wait-all-nodes={int(v)}"),
+    Option("ntasks-per-core", "ntasks_per_core", _job("ntasks_per_core")),
+    Option("exclude", "excluded_nodes", _job("exclude"), aliases=("x",)),
+    Option("nodelist", "required_nodes", _job("nodelist"), aliases=("w",)),
+    Option("distribution", "distribution", _job("distribution"), aliases=("m",)),
+    Option("hint", None, _job("hint")),  # pyslurm 25.11 has no hint attribute
 )
+
+# sbatch(1) options that are a proper prefix of a modelled name but options of their own
+# (getopt_long takes any unambiguous prefix of a long option, so other prefixes would be
+# an abbreviation of a modelled option, or ambiguous).
+_OWN_OPTIONS = frozenset({"wait"})
+
+
+def _field(option: Option) -> str:
+    return option.field or "job." + option.sbatch.replace("-", "_")
+
+
+def _split_extra(line: str) -> tuple[str, str]:
+    """``--opt=v``, ``--opt v``, ``-N 4``, ``-N4`` -> (option name, value)."""
+    if line.startswith("--"):
+        name = line[2:].split("=", 1)[0].split(None, 1)[0] if line[2:].strip() else ""
+        return name, line[2 + len(name):].lstrip("= \t")
+    return line[1:2], line[2:].lstrip(" \t")
+
+
+def _modelled(name: str) -> list[Option]:
+    """The options a raw sbatch option name would set (an abbreviation: every one it could
+    stand for)."""
+    exact = [o for o in OPTIONS if name == o.sbatch or name in o.aliases]
+    if exact or len(name) < 2 or name in _OWN_OPTIONS:
+        return exact
+    return [o for o in OPTIONS if any(n.startswith(name) for n in (o.sbatch, *o.aliases)
+                                      if len(n) > 1)]
+
+
+def extra_sbatch_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
+    """Raw ``job.extra_sbatch`` lines that set what a modelled field sets: both would reach
+    sbatch and the script's own counts would disagree with the allocation (sbatch keeps
+    the last of two lines)."""
+    out = []
+    for line in job.extra_sbatch:
+        name, value = _split_extra(line)
+        clashing = [o for o in _modelled(name) if o.clashes(value, job, launcher)]
+        if not clashing:
+            continue
+        fields = " or ".join(dict.fromkeys(_field(o) for o in clashing))
+        current = [f"{_field(o)} = {getattr(job, _field(o)[4:])!r}" for o in clashing
+                   if _field(o).startswith("job.") and "/" not in _field(o)
+                   and getattr(job, _field(o)[4:], None) not in (None, False)]
+        now = f" ({', '.join(current)})" if current else ""
+        abbreviated = "" if any(name in (o.sbatch, *o.aliases) for o in clashing) else \
+            " (an abbreviation sbatch expands)"
+        out.append(f"job.extra_sbatch: {line!r}{abbreviated} sets what {fields} sets{now}; "
+                   f"accepted: the field {fields} instead of this line")
+    return out
+
 
 # Set by the pyslurm backend itself, not from the table: the script and where it starts.
 PYSLURM_SCRIPT = "script"
@@ -144,7 +257,8 @@ PYSLURM_WORKDIR = "working_directory"
 
 def pyslurm_attributes() -> frozenset[str]:
     """Every JobSubmitDescription attribute slurmfabric may set."""
-    return frozenset({o.pyslurm for o in OPTIONS} | {PYSLURM_SCRIPT, PYSLURM_WORKDIR})
+    return frozenset({o.pyslurm for o in OPTIONS if o.pyslurm} |
+                     {PYSLURM_SCRIPT, PYSLURM_WORKDIR})
 
 
 def given(config: JobConfig) -> list[tuple[Option, Any]]:
@@ -172,4 +286,11 @@ def pyslurm_fields(config: JobConfig) -> dict[str, Any]:
             "job.extra_sbatch lines cannot be passed through the pyslurm backend",
             hint="use --backend sbatch, or model the option in the config",
         )
-    return {option.pyslurm: option.to_pyslurm(value) for option, value in given(config)}
+    options = given(config)
+    missing = [_field(option) for option, _ in options if option.pyslurm is None]
+    if missing:
+        raise UsageError(f"{', '.join(missing)} cannot be passed through the pyslurm backend "
+                         "(JobSubmitDescription has no such attribute)",
+                         hint="use --backend sbatch")
+    return {option.pyslurm: option.to_pyslurm(value) for option, value in options
+            if option.pyslurm}

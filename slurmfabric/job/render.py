@@ -225,6 +225,10 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
                             for arg in config.launcher.mpirun_args),
         "tasks_per_node": job_shape.tasks_per_node,
+        # A launch step carries its own counts: a generator's header may have no
+        # --ntasks-per-node, and srun would then start one task per node.
+        "step_counts": Shell(f'--nodes="$SLURM_NNODES" '
+                             f"--ntasks-per-node={job_shape.tasks_per_node}"),
         "workers_per_node": job_shape.workers_per_node,
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
         "nccl_exports": nccl_exports(config),
@@ -253,13 +257,23 @@ def render_sbatch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None,
     return _render("sbatch.sh.j2", config, slurmfabric_bin, rerender)
 
 
+def render_sbatch_header(config: JobConfig) -> str:
+    """Only the ``#SBATCH`` lines (the modelled options sorted, then ``job.extra_sbatch``),
+    for a generator that writes the rest of the script itself."""
+    return _render("sbatch_lines.sh.j2", config)
+
+
 def render_env_block(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
-    """Only the environment block: modules, user and NCCL exports, job-level rank env."""
+    """Only the environment block: modules, user and NCCL exports, job-level rank env. It
+    leaves the host script's shell options as it found them and stops the script itself
+    (``exit``) when slurmfabric is missing, with or without ``set -e``."""
     return _render("env.sh.j2", config, slurmfabric_bin)
 
 
 def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
-    """Only the launch command(s) for the config's launcher (one line per step)."""
+    """Only the launch command(s) for the config's launcher (one line per step). Each step
+    names its own node and task counts, so it starts the config's ranks under any
+    ``#SBATCH`` header that allocates enough (it needs the env block before it)."""
     return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
 
 

@@ -136,7 +136,8 @@ def build_request(
 
 
 def submit(request: SubmitRequest) -> str:
-    """Submit (or validate with ``--test-only``); returns the job id or Slurm's verdict."""
+    """Submit (or validate with ``--test-only``); returns the job id as sbatch printed it
+    (``123``, or ``123;cluster`` on a multi-cluster setup) or Slurm's verdict."""
     if request.test_only:
         return slurmcmd.sbatch_test_only(request.script, list(request.sbatch_args),
                                          workdir=request.workdir).strip()

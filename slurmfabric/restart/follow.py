@@ -33,7 +33,8 @@ def successor_of(directory: str, job_id: str) -> str | None:
 
 
 def wait_run(job_id: str, directory: str, timeout: float, poll: float = 1.0,
-             env: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+             env: dict[str, str] | None = None,
+             cluster: str | None = None) -> tuple[str, dict[str, str]]:
     """(the last job id of the run, its final record)."""
     deadline = time.monotonic() + timeout
     current = job_id
@@ -42,11 +43,12 @@ def wait_run(job_id: str, directory: str, timeout: float, poll: float = 1.0,
         if left <= 0:
             raise SlurmCommandError(f"job {current} has not ended after {timeout:g} s",
                                     hint=f"scontrol show job {current}")
-        record = slurmcmd.wait_job(current, left, poll=poll, env=env)
+        record = slurmcmd.wait_job(current, left, poll=poll, env=env, cluster=cluster)
         if _state(record) in ON_THE_WAY_BACK and record.get("Requeue") == "1":
             # Give Slurm up to SETTLE seconds to requeue it; if it does not, this is the end.
             record = slurmcmd.wait_job(
                 current, min(SETTLE, deadline - time.monotonic()), poll=poll, env=env,
+                cluster=cluster,
                 done=lambda state: state not in ON_THE_WAY_BACK, raise_on_timeout=False)
             if _state(record) not in slurmcmd.FINAL_STATES:
                 continue  # pending or running again

@@ -34,7 +34,9 @@ class JobId:
     cluster: str | None = None
 
     def __str__(self) -> str:
-        return self.job_id
+        """The id as sbatch printed it: ``123;cluster`` keeps the cluster, which every later
+        command about the job needs (``--clusters``) on a multi-cluster setup."""
+        return f"{self.job_id};{self.cluster}" if self.cluster else self.job_id
 
 
 _JOBID = re.compile(r"^\d+(?:_\d+|_\[[\d,\-%]+\]|\+\d+)?$")
@@ -310,9 +312,11 @@ def parse_time_left(text: str) -> int | None:
     return seconds + int(days or 0) * 86400
 
 
-def time_left(job_id: str, env: dict[str, str] | None = None) -> int | None:
+def time_left(job_id: str, env: dict[str, str] | None = None,
+              cluster: str | None = None) -> int | None:
     """Seconds before the job's time limit, as slurmctld counts them; None if unlimited."""
-    return parse_time_left(run(["squeue", "-h", "-j", job_id, "-o", "%L"], env=env))
+    return parse_time_left(run(["squeue", *cluster_args(cluster), "-h", "-j", job_id, "-o",
+                                "%L"], env=env))
 
 
 def node_states(nodelist: str | None = None,

@@ -58,7 +58,10 @@ FREE_KINDS = {"arg", "env_value", "srun_arg", "mpirun_arg"}
 FIELDS: dict[str, tuple[str, str | None]] = {
     **{f"job.{name}": ("sbatch", None) for name in (
         "name", "partition", "account", "qos", "time", "mem", "constraint", "reservation",
-        "output", "error", "array", "dependency", "mail_type", "mail_user")},
+        "output", "error", "array", "dependency", "mail_type", "mail_user",
+        # issue 31: Slurm's other request forms and common options
+        "mem_per_cpu", "mem_per_gpu", "gpu_type", "exclude", "nodelist", "distribution",
+        "hint")},
     "job.extra_sbatch[]": ("extra_sbatch", None),
     "launcher.slurmfabric": ("exe", None),
     "launcher.torchrun": ("exe", "torchrun"),
@@ -259,7 +262,7 @@ def _load(case: Case, stubs: Path) -> object | None:
         del os.environ[name]
     os.environ.update(env)
     try:
-        config = load_config(path, sets, site_defaults="")
+        config = load_config(path, sets, site_defaults="", environment=True)
         script = render_sbatch(config)
     except ConfigError as error:
         case.error = "\n".join(error.problems)

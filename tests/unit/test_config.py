@@ -52,12 +52,12 @@ def test_user_file_beats_site_defaults_and_merges_deeply(tmp_path: Path) -> None
 def test_env_beats_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = write(tmp_path / "job.toml", "[job]\nnodes = 3\n")
     monkeypatch.setenv("SLURMFABRIC_JOB__NODES", "5")
-    assert load_config(user, sets=BASE).job.nodes == 5
+    assert load_config(user, sets=BASE, environment=True).job.nodes == 5
 
 
 def test_set_beats_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURMFABRIC_JOB__NODES", "5")
-    assert load_config(sets=[*BASE, "job.nodes=7"]).job.nodes == 7
+    assert load_config(sets=[*BASE, "job.nodes=7"], environment=True).job.nodes == 7
 
 
 def test_site_defaults_path_from_env_and_flag(tmp_path: Path,
@@ -65,14 +65,15 @@ def test_site_defaults_path_from_env_and_flag(tmp_path: Path,
     from_env = write(tmp_path / "env.toml", '[job]\nqos = "fromenv"\n')
     from_flag = write(tmp_path / "flag.toml", '[job]\nqos = "fromflag"\n')
     monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", str(from_env))
-    assert load_config(sets=BASE).job.qos == "fromenv"
-    assert load_config(sets=BASE, site_defaults=from_flag).job.qos == "fromflag"
+    assert load_config(sets=BASE, environment=True).job.qos == "fromenv"
+    assert load_config(sets=BASE, site_defaults=from_flag, environment=True).job.qos == \
+        "fromflag"
 
 
 def test_env_keeps_case_of_env_var_names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURMFABRIC_PROGRAM__ENV__OMP_NUM_THREADS", "4")
     monkeypatch.setenv("SLURMFABRIC_FABRIC__NCCL__NCCL_IB_HCA", "=mlx5_0")
-    config = load_config(sets=BASE)
+    config = load_config(sets=BASE, environment=True)
     assert config.program.env == {"OMP_NUM_THREADS": "4"}
     assert config.fabric.nccl == {"NCCL_IB_HCA": "=mlx5_0"}
 
@@ -197,7 +198,7 @@ def test_program_rules() -> None:
     ("fabric.nccl.IB_HCA=x", "fabric.nccl"),
     ("fabric.type=infiniband", "fabric.type"),
     ("launcher.signal=KILL", "launcher.signal"),
-    ("job.mem=10GB", "job.mem"),
+    ("job.mem=10GiB", "job.mem"),  # Slurm takes 10G and 10GB, not 10GiB
     ("job.partition=a b", "job.partition"),
     ("job.output=/tmp/#x", "job.output"),
     ("job.extra_sbatch=[\"gres=x\"]", "job.extra_sbatch"),
@@ -235,7 +236,7 @@ def test_cli_exit_2_one_line_per_problem_no_traceback(tmp_path: Path,
 def test_error_names_the_env_var_that_supplied_the_value(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURMFABRIC_JOB__NODES", "abc")
-    (line,) = problems(sets=BASE)
+    (line,) = problems(sets=BASE, environment=True)
     assert line == "job.nodes: got 'abc'; accepted: an integer (from $SLURMFABRIC_JOB__NODES)"
 
 

@@ -34,6 +34,12 @@ SBATCH_TO_PYSLURM = {
     "array": "array", "dependency": "dependencies", "mail-type": "mail_types",
     "mail-user": "mail_user", "exclusive": "resource_sharing", "requeue": "is_requeueable",
     "signal": "signal", "open-mode": "log_files_open_mode",
+    # issue 31: Slurm's other request forms and common options
+    "gres": "gres_per_node", "gpus-per-task": "gpus_per_task", "cpus-per-gpu": "cpus_per_gpu",
+    "mem-per-cpu": "memory_per_cpu", "mem-per-gpu": "memory_per_gpu",
+    "wait-all-nodes": "wait_all_nodes", "ntasks-per-core": "ntasks_per_core",
+    "exclude": "excluded_nodes", "nodelist": "required_nodes", "distribution": "distribution",
+    "hint": None,  # JobSubmitDescription has no hint: the pyslurm backend refuses it
 }
 
 EVERY_ROW = ["job.account=ml", "job.qos=high", "job.mem=0", "job.constraint=h100",
@@ -53,6 +59,13 @@ CASES = [(path.name, []) for path in EXAMPLES] + [
     ("h100-fsdp.toml", ["launcher.type=mpirun", "job.gpus_per_node=4"]),
     ("h100-fsdp.toml", ["launcher.type=srun-pmix", "job.gpus_per_node=0",
                         "job.ntasks_per_node=3"]),
+    ("nccl-tests-sweep.toml", ["job.gpu_request=gres", "job.gpu_type=h100",
+                               "job.mem_per_gpu=80gb", "job.wait_all_nodes=true",
+                               "job.exclude=gpu[001-002]", "job.nodelist=gpu[003-004]",
+                               "job.distribution=block:cyclic"]),
+    ("nccl-tests-sweep.toml", ["job.gpu_request=gpus-per-task", "job.gpus_per_task=1",
+                               "job.mem_per_cpu=4G", "job.ntasks_per_core=1"]),
+    ("h100-fsdp.toml", ["job.gpu_request=none"]),
 ]
 
 
@@ -73,6 +86,10 @@ def same(sbatch_key: str, sbatch_value: object, field: object) -> bool:
     """Does the sbatch value mean what the pyslurm field means?"""
     if sbatch_key == "gpus-per-node":
         return field == f"gpu:{sbatch_value}"
+    if sbatch_key == "gres":  # the same gres text (gpu[:type]:count)
+        return field == sbatch_value
+    if sbatch_key == "wait-all-nodes":  # --wait-all-nodes=0|1
+        return str(int(bool(field))) == sbatch_value
     if sbatch_key == "exclusive":
         return sbatch_value is True and field == "exclusive"
     if sbatch_key == "requeue":
@@ -141,11 +158,13 @@ def test_sbatch_pyslurm_and_kubernetes_describe_the_same_job(example, sets) -> N
         assert k8s_shape(k8s.build(k8s_config, target)) == (nodes, workers), target
 
 
-def test_every_row_of_the_table_was_compared() -> None:
-    """Runs after the cases above (file order): a row no case sets is a row untested."""
-    assert {o.sbatch for o in options.OPTIONS} - SEEN_ROWS == set()
-    assert set(SBATCH_TO_PYSLURM) == {o.sbatch for o in options.OPTIONS}
-    assert all(SBATCH_TO_PYSLURM[o.sbatch] == o.pyslurm for o in options.OPTIONS)
+def test_hint_has_no_pyslurm_field_and_is_refused_there_not_dropped() -> None:
+    config = load_config(str(REPO / "examples" / "h100-fsdp.toml"),
+                         ["job.hint=nomultithread"], "")
+    assert sbatch_lines(render_sbatch(config))["hint"] == "nomultithread"
+    SEEN_ROWS.add("hint")
+    with pytest.raises(UsageError, match="job.hint cannot be passed through the pyslurm"):
+        pyslurm_fields(config, "/w")
 
 
 def test_resume_cpu_is_resumable_through_pyslurm_too() -> None:
@@ -165,3 +184,21 @@ def test_smoke_cpu_pytorchjob_runs_the_scripts_two_workers() -> None:
                          "")
     assert "--nproc-per-node=2 " in render_sbatch(config)
     assert k8s.build(config, "pytorchjob")["spec"]["nprocPerNode"] == "2"
+
+
+def test_cpus_per_gpu_row() -> None:
+    config = load_config(sets=["launcher.type=srun", "job.gpus_per_node=4",
+                               'program.command=["x"]', "job.cpus_per_gpu=16"],
+                         site_defaults="")
+    opts, fields = sbatch_lines(render_sbatch(config)), pyslurm_fields(config, "/w")
+    assert opts["cpus-per-gpu"] == "16" and fields["cpus_per_gpu"] == 16
+    assert opts["gpus-per-node"] == "4" and "cpus-per-task" not in opts
+    SEEN_ROWS.add("cpus-per-gpu")
+
+
+def test_every_row_of_the_table_was_compared() -> None:
+    """Runs after the cases above (file order): a row no case sets is a row untested."""
+    assert {o.sbatch for o in options.OPTIONS} - SEEN_ROWS == set()
+    assert set(SBATCH_TO_PYSLURM) == {o.sbatch for o in options.OPTIONS}
+    assert all(SBATCH_TO_PYSLURM[o.sbatch] == o.pyslurm for o in options.OPTIONS)
+

@@ -157,6 +157,10 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_expansion.py::test_the_docs_block_renders_what_it_says",
     ("docs/python-api.md", "slurmfabric.make_plan("):
         "tests/unit/test_readme.py::test_readme_python_api_block_runs_as_written",
+    ("docs/python-api.md", "render_sbatch_header(config)"):
+        "tests/unit/test_generator_api.py::test_the_docs_generator_block_runs_as_written",
+    ("docs/launch.md", 'gpu_request = "gpus-per-node"'):
+        "tests/unit/test_request_forms.py::test_the_docs_request_block_says_what_it_renders",
 }
 SHELL = ("console", "bash")  # the languages readme_examples reads commands from
 CHECKED = (*SHELL, "sh", "shell", "python", "toml")  # blocks that must be covered

@@ -115,9 +115,12 @@ def test_torchrun_store_host_is_decided_on_each_node(node_id: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize(("launcher", "prefix"), [
-    ("srun", "srun --kill-on-bad-exit=1"),
-    ("srun-pmix", "srun --mpi=pmix --kill-on-bad-exit=1"),
-    ("nccl-tests", "srun --mpi=pmix --kill-on-bad-exit=1"),
+    # each step names its own counts (issue 31): a generator's header may not
+    ("srun", 'srun --nodes="$SLURM_NNODES" --ntasks-per-node=4 --kill-on-bad-exit=1'),
+    ("srun-pmix", 'srun --mpi=pmix --nodes="$SLURM_NNODES" --ntasks-per-node=4 '
+     '--kill-on-bad-exit=1'),
+    ("nccl-tests", 'srun --mpi=pmix --nodes="$SLURM_NNODES" --ntasks-per-node=4 '
+     '--kill-on-bad-exit=1'),
 ])
 def test_srun_launchers_wrap_each_task(launcher: str, prefix: str) -> None:
     launch = render_launch(config_for(launcher))
@@ -164,7 +167,8 @@ def test_env_block_is_run_time_not_render_time() -> None:
     assert "export NCCL_DEBUG=INFO\n" in block
     assert "cd -- '/scratch/my run'\n" in block
     assert f"sf_bin='{SF}'\n" in block
-    assert 'slurmfabric_job_env="$(exec -- "$sf_bin" env)"\neval "$slurmfabric_job_env"' in block
+    assert ('slurmfabric_job_env="$(exec -- "$sf_bin" env)" || exit $?\n'
+            'eval "$slurmfabric_job_env"') in block
     script = render_sbatch(config)
     # nothing about the login node is frozen into the script
     import socket
@@ -336,7 +340,7 @@ def test_command_names_run_as_programs(launcher: str) -> None:
     exec runs the program of that name instead, and never a builtin."""
     script = render_sbatch(config_for(launcher, "launcher.slurmfabric=%sf",
                                       "launcher.mpirun=%mpirun"))
-    assert 'slurmfabric_job_env="$(exec -- "$sf_bin" env)"\n' in script
+    assert 'slurmfabric_job_env="$(exec -- "$sf_bin" env)" || exit $?\n' in script
     assert "sf_check='type -P -- \"$1\"" in script
     if launcher == "mpirun":
         assert 'mpirun_bin=%mpirun\nexec -- "$mpirun_bin" -np ' in script

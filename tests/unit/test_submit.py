@@ -60,7 +60,7 @@ def test_dry_run_shows_exact_command_and_script(config, no_subprocess) -> None:
 
 
 @pytest.mark.parametrize(("stdout", "job_id"), [
-    ("4242\n", "4242"), ("4243;cluster-a\n", "4243"), ("4244_7\n", "4244_7"),
+    ("4242\n", "4242"), ("4243;cluster-a\n", "4243;cluster-a"), ("4244_7\n", "4244_7"),
     ("4245+0\n", "4245+0"), ("sbatch: warning: can't honor --mem\n4246\n", "4246"),
 ])
 def test_sbatch_backend_parses_parsable_output(config, mocker, stdout, job_id) -> None:
@@ -219,7 +219,7 @@ def test_cli_dry_run_and_submit(mocker, capsys, tmp_path) -> None:
     mocker.patch.object(slurmcmd.subprocess, "run",
                         side_effect=lambda cmd, **kw: completed(cmd, out="99;c1\n"))
     assert cli.main(args) == 0
-    assert capsys.readouterr().out == "99\n"
+    assert capsys.readouterr().out == "99;c1\n"  # the cluster is kept (issue 31)
 
 
 def test_render_cli_parts_and_output_file(capsys, tmp_path) -> None:
