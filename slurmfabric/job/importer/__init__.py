@@ -221,9 +221,11 @@ class _Importer:
             f = fields[0] if fields else Field("")
             mapped = self._env(name, f, cmd)
             # What is known of the value still serves the launch line ("srun bash -c "$CMD"").
+            # (Mapped to env_prepend and the like, the value is the fields' business.)
             whole_runtime = len(f.runtime) == 1 and f.runtime[0] == f.text
-            self.scope.values[name] = Value("runtime") if whole_runtime or f.params \
-                else Value("static", f.text, (f,))
+            partial = not mapped and not whole_runtime and not f.params
+            self.scope.values[name] = Value("static", f.text, (f,)) if f.static or partial \
+                else Value("runtime")
             if not mapped:
                 self._keep(cmd, where, "an export computed at run time, kept as code")
                 return
