@@ -100,7 +100,9 @@ class _Importer:
                       "shell, no other shell); put profile lines in program.setup")
 
     def _launch_index(self, cmds: list[Command]) -> Optional[int]:
-        found = None
+        """The launch line: the last srun/mpirun/torchrun line, preferring one that starts
+        torchrun, then one that starts python or MPI (a later 'srun ls' is a step)."""
+        found, best = None, -1
         for i, cmd in enumerate(cmds):
             if cmd.block or cmd.heredoc:
                 continue
@@ -112,7 +114,12 @@ class _Importer:
                     continue
                 words.append(tok.literal() or tok.raw)
             if launchmod.is_launch(words):
-                found = i
+                score = 2 if any(launchmod.base(w) == "torchrun" or w == "torch.distributed.run"
+                                 for w in words) else \
+                    1 if any(re.match(r"(.*/)?(python[0-9.]*|mpirun|mpiexec)\Z|.*\.py\Z", w)
+                             for w in words) else 0
+                if score >= best:
+                    found, best = i, score
         return found
 
     def _command(self, cmd: Command, where: str) -> None:
@@ -387,6 +394,12 @@ class _Importer:
             program["teardown_on_failure"] = True
             self.note(0, "mapped", "teardown", "program.teardown_on_failure = true (the script "
                       "has no 'set -e', so its teardown ran after a failed launch too)")
+        gpus, tasks = job.get("gpus_per_node"), job.get("ntasks_per_node")
+        if launcher.get("type") in ("srun", "srun-pmix") and gpus and tasks not in (None, gpus):
+            self.note(0, "unmapped", f"{tasks} task(s) per node, {gpus} GPUs per node",
+                      "slurmfabric's srun launchers run one task per GPU; a program that "
+                      "starts its own workers fits launcher.type = \"torchrun\" or "
+                      "job.gpus_per_task")
         config: dict[str, Any] = {"job": job, "launcher": launcher, "program": program}
         if self.steps:
             config["steps"] = self.steps

@@ -89,8 +89,9 @@ def _allocation(nodes: int, tasks_per_node: int, gpus: int, workdir: Path) -> di
 
 def _install_stubs(bindir: Path) -> None:
     bindir.mkdir(parents=True)
+    # -I: no user site or PYTHON* variables; -B: no bytecode written next to the package.
     package_root = Path(__file__).resolve().parents[3]
-    body = (f"#!{sys.executable} -I\nimport sys\nsys.path.insert(0, {str(package_root)!r})\n"
+    body = (f"#!{sys.executable} -IB\nimport sys\nsys.path.insert(0, {str(package_root)!r})\n"
             "from slurmfabric.job.importer.stubs import main\nmain()\n")
     for name in ("srun", "mpirun", "mpiexec", "torchrun", "python", "python3", "scontrol",
                  "hostname", "module", "slurmfabric", "stub"):

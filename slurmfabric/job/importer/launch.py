@@ -133,7 +133,8 @@ def map_program(out: Launch, fields: list[Field], line: int, job: dict[str, Any]
     i = 0
     while i < len(fields) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", fields[i].text):
         name, _, value = fields[i].text.partition("=")
-        out.env.append((name, Field(value, fields[i].runtime, fields[i].params)))
+        out.env.append((name, Field(value, fields[i].runtime, fields[i].params,
+                                    fields[i].fixed)))
         i += 1
     if i < len(fields) and fields[i].text == "exec":
         i += 1
@@ -386,7 +387,8 @@ def _mpirun(words: list[Field], line: int, out: Launch, job: dict[str, Any],
         elif name == "x" and vtext:
             env_name, eq, env_value = vtext.partition("=")
             if eq:
-                out.env.append((env_name, Field(env_value, value.runtime, value.params)))
+                out.env.append((env_name, Field(env_value, value.runtime, value.params,
+                                                value.fixed)))
             else:
                 notify(line, "dropped", raw, "the ranks inherit the batch environment")
         elif value is not None and not value.static:
