@@ -1,7 +1,7 @@
 """``slurmfabric import --check``: does the rendered config do what the original script did?
 
 Three comparisons. The request: both scripts' ``#SBATCH`` options (read as sbatch reads them,
-sbatch.py). The behaviour: both scripts run with bash among recording stand-ins (stubs.py)
+sbatch.py). The behaviour: both scripts run with bash among recording stand-ins (job/importstubs.py)
 in a fake allocation of the requested node count, in the same empty directory; what was
 recorded is compared: the main launch's program argv and environment, the launchers above
 it with their options, and the commands the batch shell itself ran (setup and teardown).
@@ -60,14 +60,18 @@ def request(text: str) -> dict[str, str]:
 
 def compare_request(original: str, rendered: str, report: CheckReport) -> None:
     old, new = request(original), request(rendered)
+
+    def opt(name: str, value: str) -> str:
+        return f"--{name}={value}" if value else f"--{name}"
+
     for name in sorted(old):
         if name not in new:
-            report.differences.append(f"request: --{name}={old[name]} is not requested")
+            report.differences.append(f"request: {opt(name, old[name])} is not requested")
         elif old[name] != new[name]:
-            report.differences.append(f"request: --{name}={old[name]} becomes "
-                                      f"--{name}={new[name]}")
+            report.differences.append(f"request: {opt(name, old[name])} becomes "
+                                      f"{opt(name, new[name])}")
     for name in sorted(set(new) - set(old)):
-        report.added.append(f"request: slurmfabric adds --{name}={new[name]}")
+        report.added.append(f"request: slurmfabric adds {opt(name, new[name])}")
 
 
 def _allocation(nodes: int, tasks_per_node: int, gpus: int, workdir: Path) -> dict[str, str]:
@@ -92,7 +96,7 @@ def _install_stubs(bindir: Path) -> None:
     # -I: no user site or PYTHON* variables; -B: no bytecode written next to the package.
     package_root = Path(__file__).resolve().parents[3]
     body = (f"#!{sys.executable} -IB\nimport sys\nsys.path.insert(0, {str(package_root)!r})\n"
-            "from slurmfabric.job.importer.stubs import main\nmain()\n")
+            "from slurmfabric.job.importstubs import main\nmain()\n")
     for name in ("srun", "mpirun", "mpiexec", "torchrun", "python", "python3", "scontrol",
                  "hostname", "module", "slurmfabric", "stub"):
         path = bindir / name

@@ -19,23 +19,14 @@ import subprocess
 import sys
 from typing import Optional
 
-SRUN_SHORT_VALUE = frozenset("AcCDdeGiJLmMNnopqrStTWwx")
-MPIRUN_VALUE = frozenset({"np", "n", "c", "N", "npernode", "x", "map-by", "bind-to", "rank-by",
-                          "H", "host", "hostfile", "machinefile", "rf", "rankfile", "wdir",
-                          "wd", "prefix", "tune", "am", "output-filename"})
+from slurmfabric.job.launcher_options import (
+    MPIRUN_VALUE,
+    SRUN_SHORT_VALUE,
+    SRUN_VALUE,
+    TORCHRUN_VALUE,
+)
+
 _PYTHON = re.compile(r"(.*/)?python[0-9.]*\Z")
-
-
-def _srun_value_options() -> frozenset[str]:
-    from slurmfabric.job.importer.launch import SRUN_VALUE  # stdlib-only module
-
-    return SRUN_VALUE
-
-
-def _torchrun_value_options() -> frozenset[str]:
-    from slurmfabric.job.importer.launch import TORCHRUN_VALUE
-
-    return TORCHRUN_VALUE
 
 
 def record(kind: str, argv: list[str], env: dict[str, str], **extra: object) -> None:
@@ -99,7 +90,7 @@ def _module_at(argv: list[str]) -> Optional[int]:
 
 
 def _srun(argv: list[str], env: dict[str, str]) -> int:
-    values = _srun_value_options()
+    values = SRUN_VALUE
     options: list[str] = []
     i = 1
     while i < len(argv) and argv[i].startswith("-"):
@@ -152,7 +143,7 @@ def _mpirun(argv: list[str], env: dict[str, str]) -> int:
 
 def _torchrun(argv: list[str], start: int, python: str, runner: list[str],
               env: dict[str, str]) -> int:
-    values = _torchrun_value_options()
+    values = TORCHRUN_VALUE
     options: dict[str, str] = {}
     module = no_python = False
     i = start
