@@ -387,3 +387,17 @@ def test_cli_bad_script_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert cli_main(["import", str(bad)]) == 2
     assert "unclosed single quote" in capsys.readouterr().err
     assert cli_main(["import", str(tmp_path / "missing.sh")]) == 2
+
+
+def test_the_docs_example_is_what_import_writes(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/import.md's console example and the job.toml it shows, run in-process (the
+    page's own test runs the installed command: tests/unit/test_readme.py)."""
+    import readme_examples
+
+    (tmp_path / "multinode_trainer.slurm").write_text(
+        (SCRIPTS / "torchtitan_multinode.slurm").read_text())
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["import", "multinode_trainer.slurm", "-o", "job.toml"]) == 0
+    written = (tmp_path / "job.toml").read_text().split("\n", 2)[2]
+    assert written == readme_examples.block_with("[program.params]", "docs/import.md", "toml")
