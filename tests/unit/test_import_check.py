@@ -148,7 +148,9 @@ def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 EXPECTED_DIFFERENCES = {
     "awsome_cpu_ddp_container.sbatch": ["launch argv:", "srun options:"],  # $(dirname "$PWD")
     "awsome_megatron_gpt.sbatch": ["request: --gpus-per-node=8", "srun options:"],  # $(pwd)
-    "mleng_torchrun_launcher.slurm": ["torchrun --role:"],  # `hostname -s`:
+    "mleng_torchrun_launcher.slurm": ["torchrun --role:",  # `hostname -s`:
+                                      "batch-shell commands:"],  # | tee -a main_log.txt
+    "mleng_srun_launcher.slurm": ["batch-shell commands:"],  # | tee -a main_log.txt
 }
 EXPECTED_INVALID = {
     # srun runs 1 task per node with 4 GPUs: slurmfabric's srun runs one task per GPU.
@@ -177,3 +179,16 @@ def test_full_import_checks(name: str) -> None:
         assert any(d.startswith(start) for d in report.differences), (start, report.differences)
     unexplained = [d for d in report.differences if not any(d.startswith(s) for s in expected)]
     assert unexplained == []
+
+
+def test_check_runs_no_program_but_the_stand_ins(tmp_path: Path) -> None:
+    """rm, cp, touch... are recorded, never run: a file outside the check stays."""
+    keep = tmp_path / "precious"
+    keep.write_text("x")
+    original = ORIGINAL.replace("dcgmi profile --pause\n",
+                                f"rm -f {keep}\ntouch {tmp_path}/new\nsleep 600\n")
+    report = check(original, _config(CONFIG))
+    assert keep.exists() and not (tmp_path / "new").exists()
+    assert report.differences == [
+        f"batch-shell commands: ['before: rm -f {keep}', 'before: touch {tmp_path}/new', "
+        "'before: sleep 600'] becomes []"]

@@ -6,7 +6,9 @@ in a fake allocation of the requested node count, in the same empty directory; w
 recorded is compared: the main launch's program argv and environment, the launchers above
 it with their options, and the commands the batch shell itself ran (setup and teardown).
 Values slurmfabric derives (rank variables, MASTER_ADDR, the rendezvous, SLURMFABRIC_*) are
-not compared. Nothing here reaches a real cluster: unknown programs are recorded, not run.
+not compared. Nothing here reaches a real cluster: ``PATH`` holds only the stand-ins and a
+few tools that write no file (SAFE_TOOLS); every other program is recorded, not run. The
+scripts' own shell code does run (builtins, redirections), in an empty temporary directory.
 """
 
 from __future__ import annotations
@@ -91,17 +93,31 @@ def _allocation(nodes: int, tasks_per_node: int, gpus: int, workdir: Path) -> di
     return env
 
 
-def _install_stubs(bindir: Path) -> None:
+# Programs a script may run for real during a check: they read, print or compute and write
+# no file. Anything else (rm, cp, curl, sbatch, a real python...) is recorded, never run.
+SAFE_TOOLS = ("awk", "basename", "bash", "cat", "cut", "date", "dirname", "echo", "env",
+              "expr", "false", "grep", "head", "id", "ls", "printf", "pwd", "readlink",
+              "realpath", "sed", "seq", "sh", "sort", "tail", "tr", "true", "uname", "uniq",
+              "wc", "whoami")
+STAND_INS = ("srun", "mpirun", "mpiexec", "torchrun", "python", "python3", "scontrol",
+             "hostname", "module", "slurmfabric", "tee", "sleep", "stub")
+
+
+def _install_stubs(bindir: Path, tools: Path) -> None:
     bindir.mkdir(parents=True)
+    tools.mkdir(parents=True)
     # -I: no user site or PYTHON* variables; -B: no bytecode written next to the package.
     package_root = Path(__file__).resolve().parents[3]
     body = (f"#!{sys.executable} -IB\nimport sys\nsys.path.insert(0, {str(package_root)!r})\n"
             "from slurmfabric.job.importstubs import main\nmain()\n")
-    for name in ("srun", "mpirun", "mpiexec", "torchrun", "python", "python3", "scontrol",
-                 "hostname", "module", "slurmfabric", "stub"):
+    for name in STAND_INS:
         path = bindir / name
         path.write_text(body, encoding="utf-8")
         path.chmod(0o755)
+    for name in SAFE_TOOLS:
+        found = shutil.which(name, path="/usr/bin:/bin")
+        if found:
+            (tools / name).symlink_to(found)
 
 
 def run_recorded(script: str, env: dict[str, str], workdir: Path, stubs: Path,
@@ -123,10 +139,11 @@ def run_recorded(script: str, env: dict[str, str], workdir: Path, stubs: Path,
                        encoding="utf-8")
     script_path = workdir.parent / "script.sh"
     script_path.write_text(script, encoding="utf-8")
-    full = {"PATH": f"{stubs}:/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8",
+    full = {"PATH": f"{stubs}:{stubs.parent / 'tools'}", "HOME": str(workdir), "LANG": "C.UTF-8",
             "BASH_ENV": str(prelude), "SF_STUB_DIR": str(records), "SF_STUB_BIN": str(stubs),
             "SF_STUB_CHAIN": "[]", **env}
-    done = subprocess.run(["bash", str(script_path)], cwd=workdir, env=full, timeout=timeout,
+    bash = str(stubs.parent / "tools" / "bash")
+    done = subprocess.run([bash, str(script_path)], cwd=workdir, env=full, timeout=timeout,
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, check=False)
     calls_file = records / "calls.jsonl"
@@ -266,7 +283,7 @@ def check(original: str, config: Any, *, keep: Optional[Path] = None) -> CheckRe
     root = Path(tempfile.mkdtemp(prefix="sf-import-check-")) if keep is None else keep
     try:
         stubs = root / "bin"
-        _install_stubs(stubs)
+        _install_stubs(stubs, root / "tools")
         work = root / "work"
         env = _allocation(job_shape.nodes, job_shape.tasks_per_node, job_shape.gpus_per_node,
                           work)
@@ -275,7 +292,7 @@ def check(original: str, config: Any, *, keep: Optional[Path] = None) -> CheckRe
     finally:
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    base = {**env, "PATH": f"{stubs}:/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8"}
+    base = {**env, "PATH": f"{stubs}:{root / 'tools'}", "HOME": str(work), "LANG": "C.UTF-8"}
     compare_runs(orig, new, base, report)
     if report.original_exit != report.rendered_exit:
         report.differences.append(f"exit code: {report.original_exit} becomes "
