@@ -28,7 +28,7 @@ NAMES = sorted(p.name for p in SCRIPTS.iterdir() if p.is_file() and p.suffix != 
 LEFTOVERS: dict[str, list[tuple[int, str, str]]] = {
     "accelerate_multinode.sh": [
         (0, "unmapped", "1 task(s) per node, 4 GPUs per node"),
-        (4, "dropped", "-D"),
+        (4, "dropped", "-D ."),
         (16, "verbatim", "source activateEnviroment.sh"),
         (23, "verbatim", "head_node_ip=$(scontrol show hostnames $"),
         (26, "verbatim", "export LAUNCHER=\"accelerate launch \\ --n"),

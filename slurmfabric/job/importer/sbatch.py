@@ -72,6 +72,7 @@ def directives(text: str) -> tuple[list[Directive], list[tuple[int, str]]]:
         i = 0
         while i < len(words):
             word = words[i]
+            start = i
             i += 1
             if word.startswith("--"):
                 name, eq, value = word[2:].partition("=")
@@ -79,13 +80,14 @@ def directives(text: str) -> tuple[list[Directive], list[tuple[int, str]]]:
                         and not words[i].startswith("-"):
                     value, eq = words[i], "="
                     i += 1
-                out.append(Directive(number, name, value if eq else None, word))
+                out.append(Directive(number, name, value if eq else None,
+                                     " ".join(words[start:i])))
             elif word.startswith("-") and len(word) >= 2 and word[1] in SHORT:
                 value = word[2:].removeprefix("=")
                 if not value and i < len(words):
                     value = words[i]
                     i += 1
-                out.append(Directive(number, SHORT[word[1]], value, word))
+                out.append(Directive(number, SHORT[word[1]], value, " ".join(words[start:i])))
             elif word.startswith("-") and len(word) == 2 and word[1] in SHORT_FLAGS:
                 out.append(Directive(number, SHORT_FLAGS[word[1]], None, word))
             else:
