@@ -20,9 +20,10 @@ from typing import Any, Optional
 from slurmfabric.job.importer import launch as launchmod
 from slurmfabric.job.importer import sbatch
 from slurmfabric.job.importer.expand import Field, Scope, Value, default_value, expand
-from slurmfabric.job.importer.shellwords import Command, Op, Word, commands
+from slurmfabric.job.importer.shellwords import Command, Op, ShellSyntaxError, Word, commands
 
 KINDS = ("mapped", "derived", "dropped", "fixed", "verbatim", "unmapped")
+_LONGEST = 1 << 16  # a value built from itself line after line stops being tracked here
 _REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _SIMPLE_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?\Z")
 
@@ -179,8 +180,8 @@ class _Importer:
         fields = expand(value, self.scope, split=False)
         f = fields[0] if fields else Field("")
         whole_runtime = len(f.runtime) == 1 and f.runtime[0] == f.text
-        self.scope.values[name] = Value("runtime") if whole_runtime else \
-            Value("static", f.text, (f,))
+        self.scope.values[name] = Value("runtime") if whole_runtime or len(f.text) > _LONGEST \
+            else Value("static", f.text, (f,))
         return name
 
     def _param_default(self, word: Word, cmd: Command) -> bool:
@@ -230,7 +231,8 @@ class _Importer:
             # What is known of the value still serves the launch line ("srun bash -c "$CMD"").
             # (Mapped to env_prepend and the like, the value is the fields' business.)
             whole_runtime = len(f.runtime) == 1 and f.runtime[0] == f.text
-            partial = not mapped and not whole_runtime and not f.params
+            partial = not mapped and not whole_runtime and not f.params \
+                and len(f.text) <= _LONGEST
             self.scope.values[name] = Value("static", f.text, (f,)) if f.static or partial \
                 else Value("runtime")
             if not mapped:
@@ -307,22 +309,25 @@ class _Importer:
                 break
             words.append(tok)
         fields = [f for w in words for f in expand(w, self.scope)]
+        self.note(cmd.line, "mapped", cmd.raw, "the launch line: [launcher], program.command")
         out = launchmod.map_launch(fields, cmd.line, job, self.note, self.params)
-        inner = out.program.pop("_inner", None)
+        inner, out.inner = out.inner, None
         if inner is not None:
             code, extra = inner
             self.note(cmd.line, "mapped", "bash -c", "the command string is the program's "
                       "command line")
             if extra:
                 self.note(cmd.line, "unmapped", " ".join(extra), "bash -c's $0 and arguments")
-            if True:
+            try:
                 parsed = commands(code.text)
-                if len(parsed) == 1 and parsed[0].simple():
-                    inner_fields = [f for w in parsed[0].words for f in expand(w, self.scope)]
-                    launchmod.map_program(out, inner_fields, cmd.line, job, self.note)
-                else:
-                    self.note(cmd.line, "unmapped", code.text, "bash -c with more than one "
-                              "command; not mapped")
+            except ShellSyntaxError:
+                parsed = []
+            if len(parsed) == 1 and parsed[0].simple():
+                inner_fields = [f for w in parsed[0].words for f in expand(w, self.scope)]
+                launchmod.map_program(out, inner_fields, cmd.line, job, self.note)
+            else:
+                self.note(cmd.line, "unmapped", code.text, "bash -c code that is not one "
+                          "simple command; not mapped")
         for name, f in out.env:
             if not self._env(name, f, cmd):
                 self.note(cmd.line, "unmapped", f"{name}={f.text}", "a variable computed at "
@@ -335,16 +340,17 @@ class _Importer:
         derived = {m.group(1) for n in self.notes if n.kind == "derived"
                    for m in _REF.finditer(n.text)}
         pending = list(self.assigns)
+        read = {m.group(1) for c, _ in self.kept for m in _REF.finditer(c.raw)}
         changed = True
         while changed:
             changed = False
-            texts = "\n".join(c.raw for c, _ in self.kept)
             for item in list(pending):
                 cmd, names, where = item
                 if all(n in launchmod.DERIVED_ENV for n in names):
                     continue  # kept code then reads slurmfabric's value
-                if any(re.search(rf"\$\{{?{n}\b", texts) for n in names):
+                if any(n in read for n in names):
                     self._keep(cmd, where, "read by kept code")
+                    read |= {m.group(1) for m in _REF.finditer(cmd.raw)}
                     pending.remove(item)
                     changed = True
         for cmd, names, _where in pending:
@@ -371,7 +377,7 @@ class _Importer:
             launcher["signal_seconds"] = other["signal_seconds"]
         if "workdir" in other:
             program["workdir"] = other["workdir"]
-        used = set(program.pop("_params", []))
+        used = set(launched.params if launched is not None else [])
         texts = "\n".join([c.raw for c, _ in self.kept] + list(self.expand_env.values()))
         used |= {m.group(1) for m in _REF.finditer(texts)}
         params = {k: v for k, v in self.params.items() if k in used}

@@ -44,6 +44,8 @@ class Launch:
     job: dict[str, Any] = field(default_factory=dict)
     env: list[tuple[str, Field]] = field(default_factory=list)  # leading NAME=VALUE, -x
     defaults: dict[str, str] = field(default_factory=dict)
+    inner: Optional[tuple[Field, list[str]]] = None  # bash -c CODE [ARGS]: read CODE next
+    params: list[str] = field(default_factory=list)  # ${NAME} parameters the command uses
 
 
 def base(word: str) -> str:
@@ -244,7 +246,7 @@ def _program(words: list[Field], line: int, out: Launch, job: dict[str, Any],
              notify: Notify) -> None:
     texts = [w.text for w in words]
     if texts[:2] in (["bash", "-c"], ["sh", "-c"]) and len(words) >= 3:
-        out.program["_inner"] = (words[2], texts[3:])
+        out.inner = (words[2], texts[3:])
         return
     module_at = _torchrun_module(texts)
     if texts and (base(texts[0]) == "torchrun" or module_at is not None):
@@ -398,4 +400,4 @@ def _command(words: list[Field], line: int, out: Launch, notify: Notify) -> None
         command.append(w.text)
     out.program["command"] = command
     if params:
-        out.program["_params"] = sorted(params)
+        out.params = sorted(params)

@@ -18,6 +18,11 @@ from typing import Optional, Union
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+_FD = re.compile(r"[0-9]+(?=[<>])")
+_DUP_TARGET = re.compile(r"&?[0-9-]+")
+_SIMPLE_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]")
+_BRACED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(.*)\Z", re.S)
+_BRACED_OP = re.compile(r"(\[[^\]]*\]|:-|:=|:\+|:\?|-|=|\+|\?|#|%|/|:)?(.*)\Z", re.S)
 _OPERATORS = ("&&", "||", ";;", "|&", "|", ";", "&")
 _REDIRECTS = ("<<<", "<<-", "<<", ">>", "&>>", "&>", ">&", "<&", "<>", ">|", ">", "<")
 OPEN_BLOCK = frozenset({"if", "for", "while", "until", "case", "select", "{", "function"})
@@ -166,15 +171,15 @@ def _dollar(r: _Reader, quoted: bool) -> Part:
         r.take(1)
         body = _balanced(r, "{", "}")[1:-1]
         raw = r.s[start:r.i]
-        match = re.match(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(.*)\Z", body, re.S)
+        match = _BRACED.match(body)
         if not match:
             return Part("param", raw, quoted, name="", op=body)
         rest = match.group(2)
-        op_match = re.match(r"(\[[^\]]*\]|:-|:=|:\+|:\?|-|=|\+|\?|#|%|/|:)?(.*)\Z", rest, re.S)
+        op_match = _BRACED_OP.match(rest)
         op = op_match.group(1) or "" if op_match else rest
         arg = op_match.group(2) if op_match else ""
         return Part("param", raw, quoted, name=match.group(1), op=op, arg=arg)
-    match = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]").match(r.s, r.i + 1)
+    match = _SIMPLE_PARAM.match(r.s, r.i + 1)
     if match:
         r.take(1 + len(match.group(0)))
         return Part("param", "$" + match.group(0), quoted, name=match.group(0))
@@ -337,7 +342,7 @@ def _tokens(r: _Reader) -> list[Token]:
             while r.peek() and r.peek() != "\n":
                 r.take()
             continue
-        digits = re.compile(r"[0-9]+(?=[<>])").match(r.s, r.i)
+        digits = _FD.match(r.s, r.i) if ch.isdigit() else None
         redirect = next((op for op in _REDIRECTS if r.s.startswith(op, r.i + (
             len(digits.group(0)) if digits else 0))), None)
         if redirect:
@@ -345,7 +350,7 @@ def _tokens(r: _Reader) -> list[Token]:
             r.take(len(text))
             if r.s.startswith(("&-", "&"), r.i) and redirect in (">&", "<&") or \
                     (redirect in (">", "<") and r.peek() == "&"):
-                target = re.compile(r"&?[0-9-]+").match(r.s, r.i)
+                target = _DUP_TARGET.match(r.s, r.i)
                 if target:
                     text += target.group(0)
                     r.take(len(target.group(0)))
