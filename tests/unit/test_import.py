@@ -401,3 +401,18 @@ def test_the_docs_example_is_what_import_writes(tmp_path: Path,
     assert cli_main(["import", "multinode_trainer.slurm", "-o", "job.toml"]) == 0
     written = (tmp_path / "job.toml").read_text().split("\n", 2)[2]
     assert written == readme_examples.block_with("[program.params]", "docs/import.md", "toml")
+
+
+def test_functions_case_and_background_launch() -> None:
+    result = import_script(
+        "#!/bin/bash\n#SBATCH -N 2\nmodule purge\nsource venv/bin/activate\n"
+        "cleanup() {\n  rm -f /tmp/x\n}\n"
+        'case "$MODE" in\n  a) echo a ;;\n  *) echo b ;;\nesac\n'
+        "exec srun --ntasks-per-node=4 python train.py &\nwait\n")
+    program = result.config["program"]
+    assert program["setup"] == ["module purge", "source venv/bin/activate", "cleanup() {",
+                                "  rm -f /tmp/x", "}", 'case "$MODE" in', "  a) echo a ;;",
+                                "  *) echo b ;;", "esac"]
+    assert program["teardown"] == ["wait"]
+    assert program["command"] == ["python", "train.py"]
+    assert any(n.kind == "unmapped" and n.text.startswith("&") for n in result.leftovers())
