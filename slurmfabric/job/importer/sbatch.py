@@ -96,9 +96,19 @@ def directives(text: str) -> tuple[list[Directive], list[tuple[int, str]]]:
 
 
 def modelled() -> dict[str, str]:
-    """Long option -> job field, from the options table and the agreed request fields."""
-    names = {o.sbatch for o in OPTIONS if o.sbatch not in _DERIVED_OPTIONS} | AGREED_FIELDS
-    return {name: ("name" if name == "job-name" else name.replace("-", "_")) for name in names}
+    """Long option -> ``[job]`` field, from the options table (an option's ``field`` where
+    the table names one) and the agreed request fields."""
+    out: dict[str, str] = {}
+    for option in OPTIONS:
+        if option.sbatch in _DERIVED_OPTIONS:
+            continue
+        field = getattr(option, "field", "") or "job." + option.sbatch.replace("-", "_")
+        if field.startswith("job.") and "/" not in field:
+            out[option.sbatch] = field[len("job."):]
+    for name in AGREED_FIELDS:
+        out.setdefault(name, name.replace("-", "_"))
+    out["job-name"] = "name"
+    return out
 
 
 Notify = Callable[[int, str, str, str], None]  # line, kind, text, message
@@ -173,6 +183,10 @@ def _special(d: Directive, job: dict[str, Any], other: dict[str, Any]) -> Option
             job["gpu_request"] = "gres"
             fields.append('job.gpu_request = "gres"')
         return ", ".join(fields)
+    if d.name == "gpus-per-task" and value and value.isdigit():
+        # The node's GPUs follow from the tasks per node ([job] computes them).
+        job["gpus_per_task"], job["gpu_request"] = int(value), "gpus-per-task"
+        return 'job.gpus_per_task, job.gpu_request = "gpus-per-task"'
     if d.name == "requeue":
         job["requeue"] = True
         return "job.requeue"
