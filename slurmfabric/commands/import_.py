@@ -53,10 +53,12 @@ def _validated(config: dict[str, Any]) -> Any:
     try:
         return JobConfig.model_validate(config)
     except ValidationError as exc:
-        raise ConfigError(["the imported config does not load: " + line
-                           for line in format_errors(exc)],
-                          hint="edit the written config (or use a slurmfabric that has "
-                          "these fields), then: slurmfabric render -c CONFIG.toml") from None
+        problems = format_errors(exc)
+    except ConfigError as exc:  # JobConfig formats its own errors in newer models
+        problems = exc.problems
+    raise ConfigError(["the imported config does not load: " + line for line in problems],
+                      hint="edit the written config (or use a slurmfabric that has these "
+                      "fields), then: slurmfabric render -c CONFIG.toml")
 
 
 def main(argv: list[str]) -> int:
