@@ -150,7 +150,10 @@ EXPECTED_DIFFERENCES = {
     "awsome_cpu_ddp_container.sbatch": ["launch argv:", "srun options:"],  # $(dirname "$PWD")
     "awsome_megatron_gpt.sbatch": ["request: --gpus-per-node=8", "srun options:"],  # $(pwd)
     "mleng_torchrun_launcher.slurm": ["torchrun --role:",  # `hostname -s`:
-                                      "batch-shell commands:"],  # | tee -a main_log.txt
+                                      "batch-shell commands:",  # | tee -a main_log.txt
+                                      # CMD, kept as code, holds the rendezvous text the
+                                      # script built: slurmfabric's port, not 6000.
+                                      "launch env CMD:"],
     "mleng_srun_launcher.slurm": ["batch-shell commands:"],  # | tee -a main_log.txt
 }
 EXPECTED_INVALID = {

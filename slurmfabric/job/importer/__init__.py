@@ -354,7 +354,11 @@ class _Importer:
                     pending.remove(item)
                     changed = True
         for cmd, names, _where in pending:
-            if names and all(n in derived or n in launchmod.DERIVED_ENV for n in names):
+            if names and all(n in launchmod.DERIVED_ENV for n in names) \
+                    and any(n in read for n in names):
+                self.note(cmd.line, "derived", cmd.raw, "kept code reads it and gets "
+                          "slurmfabric's value (set before program.setup runs)")
+            elif names and all(n in derived or n in launchmod.DERIVED_ENV for n in names):
                 self.note(cmd.line, "derived", cmd.raw, "feeds only values slurmfabric derives "
                           "(rendezvous address, node counts)")
             else:
