@@ -198,6 +198,13 @@ class _Importer:
         return True
 
     def _declare_param(self, name: str, default: str, cmd: Command) -> None:
+        problem = _param_name_problem(name)
+        if problem:  # a name the environment owns (NCCL_*, SLURM_*): its default is used
+            self.scope.values[name] = Value("static", default,
+                                            (Field(default, fixed=(name,)),))
+            self.note(cmd.line, "fixed", cmd.raw, f"not a parameter ({problem}); its default "
+                      "is written where it is used")
+            return
         self.params[name] = default
         self.scope.values[name] = Value("param", default, (Field(default),))
         self.note(cmd.line, "mapped", cmd.raw, f"program.params.{name} = {default!r}")
@@ -419,6 +426,17 @@ class _Importer:
 _OUTSIDE = re.compile(r"SLURM_[A-Z0-9_]+|SLURMD_NODENAME|HOME|PWD|USER|TMPDIR|HOSTNAME|"
                       r"[A-Z_]*PATH")
 _SIMPLE_REF_ANY = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _param_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot be a program.params entry: the config's own rule
+    (config/launchrules.py, issue 31 [A]) where this slurmfabric has it, else none."""
+    try:
+        from slurmfabric.config.launchrules import param_name_problem  # type: ignore
+    except ImportError:
+        return None
+    problem = param_name_problem(name)
+    return problem.split(": ", 1)[-1].split(";")[0] if problem else None
 
 
 def import_script(text: str) -> ImportResult:

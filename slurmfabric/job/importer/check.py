@@ -186,9 +186,9 @@ def _batch_commands(calls: list[dict[str, Any]], launch: Optional[int]) -> list[
     return out
 
 
-def _env(call: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in call["env"].items()
-            if k not in _DERIVED and not k.startswith(_NOT_COMPARED_ENV) and base.get(k) != v}
+def _env(call: dict[str, Any], base: dict[str, str], skip: frozenset[str]) -> dict[str, str]:
+    return {k: v for k, v in call["env"].items() if k not in _DERIVED and k not in skip
+            and not k.startswith(_NOT_COMPARED_ENV) and base.get(k) != v}
 
 
 def _srun_options(call: dict[str, Any]) -> list[str]:
@@ -230,7 +230,9 @@ def _mpirun_options(call: dict[str, Any], env: dict[str, str]) -> dict[str, str]
 
 
 def compare_runs(orig: list[dict[str, Any]], new: list[dict[str, Any]], base: dict[str, str],
-                 report: CheckReport) -> None:
+                 report: CheckReport, params: frozenset[str] = frozenset()) -> None:
+    """``params``: the config's parameters, which slurmfabric passes in the environment
+    where a script kept them as shell variables; not compared as environment."""
     a, b = _main_launch(orig), _main_launch(new)
     if a is None or b is None:
         report.differences.append("launch: " + ("the original" if a is None else "the rendered")
@@ -239,7 +241,7 @@ def compare_runs(orig: list[dict[str, Any]], new: list[dict[str, Any]], base: di
     old, cur = orig[a], new[b]
     if old["argv"] != cur["argv"]:
         report.differences.append(f"launch argv: {old['argv']} becomes {cur['argv']}")
-    old_env, new_env = _env(old, base), _env(cur, base)
+    old_env, new_env = _env(old, base, params), _env(cur, base, params)
     for name in sorted(set(old_env) | set(new_env)):
         if old_env.get(name) != new_env.get(name):
             report.differences.append(f"launch env {name}: {old_env.get(name)!r} becomes "
@@ -293,7 +295,8 @@ def check(original: str, config: Any, *, keep: Optional[Path] = None) -> CheckRe
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
     base = {**env, "PATH": f"{stubs}:{root / 'tools'}", "HOME": str(work), "LANG": "C.UTF-8"}
-    compare_runs(orig, new, base, report)
+    compare_runs(orig, new, base, report,
+                 frozenset(getattr(config.program, "params", None) or ()))
     if report.original_exit != report.rendered_exit:
         report.differences.append(f"exit code: {report.original_exit} becomes "
                                   f"{report.rendered_exit}")
