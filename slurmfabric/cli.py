@@ -17,6 +17,8 @@ from slurmfabric.errors import SlurmfabricError
 COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("render", "render the sbatch script for a job config"),
     "submit": ("submit", "render and submit a job (--dry-run, --test-only)"),
+    "import": ("import_", "write a config for an existing sbatch script (--check compares "
+               "them)"),
     "env": ("env", "print this task's rank and NCCL environment (export lines, json, dotenv)"),
     "launch": ("launch", "per-task wrapper: set rank env and binding, then exec the program"),
     "hostlist": ("hostlist", "expand, compress, count or index Slurm hostlists"),

@@ -155,6 +155,8 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_roce.py::test_the_readme_profile_is_a_valid_health_config",
     ("docs/launch.md", "[program.env_prepend]"):
         "tests/unit/test_expansion.py::test_the_docs_block_renders_what_it_says",
+    ("docs/import.md", "[program.params]"):
+        "tests/unit/test_import.py::test_the_docs_example_is_what_import_writes",
     ("docs/python-api.md", "slurmfabric.make_plan("):
         "tests/unit/test_readme.py::test_readme_python_api_block_runs_as_written",
     ("docs/python-api.md", "render_sbatch_header(config)"):
@@ -312,6 +314,16 @@ def _check_svg(proc: subprocess.CompletedProcess[str], work: Path) -> None:
     assert "<svg " in (work / "sweep1.svg").read_text()
 
 
+def _titan_script(work: Path) -> None:
+    shutil.copy(ROOT / "tests" / "fixtures" / "scripts" / "torchtitan_multinode.slurm",
+                work / "multinode_trainer.slurm")
+
+
+def _check_imported(proc: subprocess.CompletedProcess[str], work: Path) -> None:
+    written = (work / "job.toml").read_text().split("\n", 2)[2]  # after the two comments
+    assert written == readme_examples.block_with("[program.params]", "docs/import.md", "toml")
+
+
 BATCH_SHELL = {"SLURM_JOB_ID": "1234", "SLURM_JOB_NODELIST": "gpu[001-004]",
                "SLURM_JOB_NUM_NODES": "4", "SLURM_NNODES": "4", "SLURM_CLUSTER_NAME": "clu"}
 TORCHRUN_WORKER = {"TORCHELASTIC_RUN_ID": "slurm-77", "RANK": "13", "LOCAL_RANK": "5",
@@ -364,6 +376,8 @@ CASES: dict[str, Case] = {
         Case(_check_discover, _allreduce, env={"SLURMFABRIC_SYSFS_ROOT": "{work}/h100"}),
     "slurmfabric pairs report /shared/sweep1 --svg sweep1.svg": Case(_check_svg, _sweep, rc=1),
     "slurmfabric pairs report /shared/sweep1": Case(setup=_sweep, rc=1),
+    "slurmfabric import multinode_trainer.slurm -o job.toml": Case(_check_imported,
+                                                                   _titan_script),
 }
 
 # Absolute paths in the pages' commands, and where each lands in the test's work directory.

@@ -1,0 +1,109 @@
+"""``slurmfabric import SCRIPT``: write a config for an existing sbatch script.
+
+The library (job/importer) reads the script without running it; this command writes the
+TOML and prints, with line numbers, everything that is not a plain mapping: values
+slurmfabric derives, lines kept as code, run-time values taken at their defaults, and what
+could not be mapped. ``--check`` renders the config and compares both scripts' behaviour
+among recording stand-ins (job/importer/check.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from slurmfabric.errors import ConfigError, UsageError
+
+_HEADINGS = {
+    "unmapped": "not mapped (review these)",
+    "fixed": "run-time values taken at their defaults",
+    "verbatim": "kept as code",
+    "derived": "derived by slurmfabric (dropped)",
+    "dropped": "dropped (no effect in the config)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmfabric import",
+        description="Write a slurmfabric config (TOML) for an existing sbatch script. The "
+        "script is read, never run. What could not be mapped is printed with line numbers "
+        "on stderr.",
+    )
+    parser.add_argument("script", metavar="SCRIPT", help="the sbatch script to import")
+    parser.add_argument("-o", "--output", metavar="CONFIG.toml",
+                        help="write the config here instead of stdout")
+    parser.add_argument("--check", action="store_true",
+                        help="render the config and run both scripts with bash among "
+                        "recording stand-ins (no Slurm needed); exit 1 when their request, "
+                        "launch or environment differ")
+    parser.add_argument("--quiet", action="store_true",
+                        help="print only what was not mapped (not kept code, derived values)")
+    return parser
+
+
+def _validated(config: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from slurmfabric.config.loader import format_errors
+    from slurmfabric.config.models import JobConfig
+
+    try:
+        return JobConfig.model_validate(config)
+    except ValidationError as exc:
+        problems = format_errors(exc)
+    except ConfigError as exc:  # JobConfig formats its own errors in newer models
+        problems = exc.problems
+    raise ConfigError(["the imported config does not load: " + line for line in problems],
+                      hint="edit the written config (or use a slurmfabric that has these "
+                      "fields), then: slurmfabric render -c CONFIG.toml")
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from slurmfabric._common.inputfile import read_text
+    from slurmfabric._common.tomlwrite import dumps
+    from slurmfabric.job.importer import import_script
+    from slurmfabric.job.importer.shellwords import ShellSyntaxError
+
+    text = read_text(args.script, "script", 4 << 20)
+    try:
+        result = import_script(text)
+    except ShellSyntaxError as exc:
+        raise UsageError(f"{args.script}: {exc}", hint="check the script with bash -n") from None
+    header = (f"# Imported by 'slurmfabric import' from {Path(args.script).name}.\n"
+              "# Review program.setup/teardown (kept as code) and the notes it printed.\n")
+    toml = header + dumps(result.config)
+    if args.output:
+        Path(args.output).write_text(toml, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(toml)
+    _print_notes(args.script, result.leftovers(), args.quiet)
+    if not args.check:
+        return 0
+    from slurmfabric.job.importer.check import check
+
+    report = check(text, _validated(result.config))
+    for line in report.added:
+        print(f"check: note: {line}", file=sys.stderr)
+    for line in report.differences:
+        print(f"check: differs: {line}", file=sys.stderr)
+    if report.same:
+        print("check: the rendered script requests, launches and exports what the original "
+              "does", file=sys.stderr)
+        return 0
+    return 1
+
+
+def _print_notes(script: str, notes: list[Any], quiet: bool) -> None:
+    for kind, heading in _HEADINGS.items():
+        chosen = [n for n in notes if n.kind == kind]
+        if not chosen or quiet and kind not in ("unmapped", "fixed"):
+            continue
+        print(f"{heading}:", file=sys.stderr)
+        for note in chosen:
+            where = f"{script}:{note.line}" if note.line else script
+            print(f"  {where}: {note.text} -- {note.message}", file=sys.stderr)
