@@ -15,7 +15,11 @@ launch always discover and plan (the /dev/nvidiactl + /sys/class/infiniband gate
 for the real root), and the script checks that NCCL_IB_HCA really came out. Bytecode is
 compiled first, as it is on an installed system.
 
-    .venv/bin/python benchmarks/bench_startup.py [N]
+    .venv/bin/python benchmarks/bench_startup.py [N] [console|direct]
+
+``direct`` starts slurmfabric as ``python -c 'from slurmfabric.cli import main; ...'``
+instead of the console script: the same interpreter start as the bare row, so the ratios
+show slurmfabric's own cost without the installer's wrapper.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import time
 from pathlib import Path
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+ENTRY = sys.argv[2] if len(sys.argv) > 2 else "console"
 PY = sys.executable
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 
@@ -94,6 +99,8 @@ def entry_point() -> list[str]:
 
     ``-m`` costs more: runpy imports importlib.util, contextlib, collections, functools.
     """
+    if ENTRY == "direct":
+        return [PY, "-c", "import sys; from slurmfabric.cli import main; sys.exit(main())"]
     script = Path(PY).parent / "slurmfabric"
     return [str(script)] if script.exists() else [PY, "-m", "slurmfabric"]
 
@@ -109,8 +116,7 @@ def main() -> None:
                    "SLURMFABRIC_PLAN_CACHE": "off"}
         out = subprocess.run([*entry, "env"], env=planned, capture_output=True, text=True).stdout
         assert "NCCL_IB_HCA" in out, f"the fabric plan did not run:\n{out}"
-        rows = [(f"{' '.join(entry[-1:])} --version (entry point alone)",
-                 [*entry, "--version"], two)]
+        rows = [("slurmfabric --version (entry point alone)", [*entry, "--version"], two)]
         rows += [
             (f"{name} ({label})", [*entry, *args], env)
             for label, env in (("2 nodes", two), (f"{102 * 99} nodes", big))
@@ -142,7 +148,7 @@ def main() -> None:
                                    capture_output=True, text=True).stdout
         assert "# plan: cache" in probe, probe  # the warm rows really read the cache
         bare, *results = medians_ms([([PY, "-c", "pass"], two)] + [(c, e) for _, c, e in rows])
-        print(f"entry point: {' '.join(entry)}; medians of {N} interleaved rounds; "
+        print(f"entry point: {' '.join(entry)}\nmedians of {N} interleaved rounds; "
               f"load average {os.getloadavg()[0]:.2f}")
         print(f"{'python -c pass':48} {bare:6.1f} ms")
         for (label, _, _), ms in zip(rows, results):

@@ -85,6 +85,7 @@ _MAX_BYTES = 16 << 20
 # topology/rdma.py: the GID walk stops after this many empty slots in a row (test-checked)
 _GID_EMPTY_RUN = 16
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_EMPTY_GIDS = (None, b"", _ZERO_GID.encode())
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -210,26 +211,26 @@ def _name(kind: str, key: str) -> str:
            f"-{len(data)}.marshal"
 
 
-def _read(path: str) -> str | None:
-    """A sysfs/procfs file's text, stripped; None when unreadable (as discovery's reader)."""
+def _read(path: str) -> bytes | None:
+    """A file's bytes as they are, or None when unreadable. Raw: the fingerprint only
+    compares them with what the same function read before. One read() is the whole of a
+    sysfs attribute (a page at most); a full buffer means there may be more (/proc/net)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
     except OSError:
         return None
     try:
-        chunks = []
-        while True:  # one read for sysfs; /proc/net tables may need several
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if len(chunks) > 64:
-                return None
+        data = os.read(fd, 1 << 16)
+        if len(data) == 1 << 16:
+            chunks = [data]
+            while len(chunks) <= 64 and (chunk := os.read(fd, 1 << 16)):
+                chunks.append(chunk)
+            data = b"".join(chunks)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace").strip()
+    return data
 
 
 def _list(path: str) -> list[str] | None:
@@ -247,7 +248,7 @@ def _gids(port_dir: str) -> list[object]:
     for index in sorted(int(n) for n in names if n.isdigit()):
         value = _read(f"{port_dir}/gids/{index}")
         out.append(value)
-        if not value or value == _ZERO_GID:
+        if (value if value is None else value.strip()) in _EMPTY_GIDS:
             empty_run += 1
             if empty_run >= _GID_EMPTY_RUN:
                 break
@@ -281,7 +282,7 @@ def fingerprint(root: str, extra: tuple) -> tuple:
             layer = _read(port_dir + "/link_layer")
             add((layer, _read(port_dir + "/state"), _read(port_dir + "/phys_state"),
                  _read(port_dir + "/rate")))
-            if (layer or "Unknown") != "InfiniBand":
+            if layer is None or layer.strip() != b"InfiniBand":
                 add(_gids(port_dir))
     add(_list(base + "/dev/infiniband"))
     nets = _list(base + "/sys/class/net")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 from slurmfabric._common.record import Record
-from slurmfabric._common.textcheck import SAFE_CHARS, shell_word
 from slurmfabric.errors import UsageError
 from slurmfabric.rank import env as rankenv
 
@@ -277,7 +276,12 @@ def _binding(plan: object, rank_env: rankenv.RankEnv) -> object | None:
     return bindings[local]
 
 
-quote = shell_word  # re-exported: the rendered exports and `launch --print` use it
+def quote(value: str) -> str:
+    """A shell word for ``value`` (textcheck.shell_word), imported on use: 'launch' without
+    --print renders nothing, so it does not pay for textcheck."""
+    from slurmfabric._common.textcheck import shell_word
+
+    return shell_word(value)
 
 
 def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) -> str:
@@ -285,21 +289,21 @@ def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) 
         import json
 
         return json.dumps(final, indent=2, sort_keys=False) + "\n"
-    from slurmfabric._common.textcheck import one_line
+    from slurmfabric._common.textcheck import SAFE_CHARS, one_line, shell_word
 
     lines = []
     if fmt == "export":
         # Comment lines hold user values: a newline there would end the comment and run the
         # rest under eval, so every non-printable character is shown by its escape.
         lines += [
-            f"# slurmfabric: kept {key}={one_line(quote(value), 200)} (already set; "
+            f"# slurmfabric: kept {key}={one_line(shell_word(value), 200)} (already set; "
             "--override replaces it)"
             for key, value in kept.items()
         ]
         for warning in getattr(plan, "warnings", ()) or ():
             lines.append("# slurmfabric: warning: " + one_line(" ".join(str(warning).split()),
                                                                1000))
-        lines += [f"export {key}={quote(value)}" for key, value in final.items()]
+        lines += [f"export {key}={shell_word(value)}" for key, value in final.items()]
     else:  # dotenv: KEY=value, double-quoted when needed
         for key, value in final.items():
             if value and all(c in SAFE_CHARS for c in value):
