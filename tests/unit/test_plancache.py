@@ -77,6 +77,12 @@ def test_a_cached_plan_is_byte_identical_to_a_fresh_one(tmp_path: Path, name: st
     shown, origin = printed(env)
     assert origin == "# plan: cache"
     assert shown == printed({**env, "SLURMFABRIC_PLAN_CACHE": "off"})[0]
+    # a new step on the node: planned from the cached topology (snapshot round trip)
+    other = {**env, "SLURM_STEP_NODELIST": "gpu[7-8]", "SLURM_JOB_NODELIST": "gpu[7-8]"}
+    task = build(other)
+    assert task.plan_origin == "planned from the cached topology"
+    assert repr(plancache.plan_view(task.plan)) == repr(plancache.plan_view(
+        build({**other, "SLURMFABRIC_PLAN_CACHE": "off"}).plan))
 
 
 def test_launch_print_says_where_the_plan_came_from(tmp_path: Path) -> None:
