@@ -21,8 +21,9 @@ for data others wrote (Python's marshal docs); these checks are why only our own
 our own private directory are ever loaded.
 
 An entry's name is a checksum of its key; the entry holds the full key, compared on load, so
-two keys can never share an entry. The key: the entry format, this slurmfabric (version and
-install path: another checkout is another cache), the Python version (marshal's format is
+two keys can never share an entry. The key: the entry format, this slurmfabric (version,
+install path and the newest mtime of plan/ and topology/: another checkout, or an edited
+one, is another cache), the Python version (marshal's format is
 Python's), the boot id (``/proc/sys/kernel/random/boot_id``: new on every boot, kernel docs
 Documentation/admin-guide/sysctl/kernel.rst "random"), the sysfs root, the effective uid,
 this process's CPU affinity (sched_getaffinity(2): the job's cpuset, which the binding
@@ -191,15 +192,31 @@ def _key(kind: str, root: str, inputs: list[str]) -> str | None:
     boot = boot_id()
     if boot is None:
         return None
-    from slurmfabric import __file__ as package
     from slurmfabric import __version__
 
     try:
         affinity = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     except (AttributeError, OSError):
         affinity = ""
-    return "\0".join([FORMAT, kind, __version__, os.path.dirname(package), sys.version, boot,
+    return "\0".join([FORMAT, kind, __version__, _code_stamp(), sys.version, boot,
                       os.path.abspath(root), str(os.geteuid()), affinity, *inputs])
+
+
+def _code_stamp(package: str | None = None) -> str:
+    """Where this slurmfabric is and when the code that makes the plan last changed (the
+    newest mtime in plan/, topology/ and this file): an edited checkout never reads an entry
+    its old code wrote, even at the same version. ~30 stat calls."""
+    package = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    newest = os.stat(__file__).st_mtime_ns
+    for sub in ("plan", "topology"):
+        try:
+            with os.scandir(os.path.join(package, sub)) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".py"):
+                        newest = max(newest, entry.stat().st_mtime_ns)
+        except OSError:
+            return f"{package}:unreadable:{os.getpid()}"  # never matches another process
+    return f"{package}:{newest}"
 
 
 def _name(kind: str, key: str) -> str:
@@ -349,7 +366,7 @@ def _store_entry(cache: Cache, name: str, value: object) -> str:
     """Write ``value`` atomically; '' or why it was not written."""
     if cache.fd is None:
         return cache.why
-    tmp = f".{name}.{os.getpid()}.tmp"
+    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         data = marshal.dumps(value)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600,

@@ -368,3 +368,15 @@ def test_the_fingerprint_reads_every_gid_slot_discovery_reads(tmp_path: Path) ->
                 if (p / n).read_text().strip() not in ("", plancache._ZERO_GID))
     slot.write_text("fe80:0000:0000:0000:0000:0000:0000:0099\n")
     assert plancache.fingerprint(str(root), ()) != before
+
+
+def test_edited_planner_code_is_another_key(tmp_path: Path) -> None:
+    """An editable checkout changed at the same version never reads what the old code wrote."""
+    for sub in ("plan", "topology"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "a.py").write_text("")
+        os.utime(tmp_path / sub / "a.py", ns=(1, 1))
+    before = plancache._code_stamp(str(tmp_path))
+    assert before == plancache._code_stamp(str(tmp_path))
+    os.utime(tmp_path / "topology" / "a.py", ns=(2 * 10**18, 2 * 10**18))
+    assert plancache._code_stamp(str(tmp_path)) != before
