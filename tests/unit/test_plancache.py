@@ -93,17 +93,25 @@ def test_launch_print_says_where_the_plan_came_from(tmp_path: Path) -> None:
         "# plan: discovered; cache: off (SLURMFABRIC_PLAN_CACHE=off)"
 
 
-def test_the_cached_path_imports_neither_discovery_nor_the_planner(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["srun", "mpi"])
+def test_the_cached_path_imports_neither_discovery_nor_the_planner(tmp_path: Path,
+                                                                   mode: str) -> None:
+    """Nor re/json/hashlib/contextlib: an Open MPI rank (whose node rank comes from
+    hostlist.index) as much as an srun task."""
     root = fakesysfs.build(nodes.h100_ib(), tmp_path / "root")
     env = clean_env(**env_for(root, tmp_path / "cache"), PYTHONPATH=os.pathsep.join(sys.path))
+    if mode == "mpi":
+        env.update(OMPI_COMM_WORLD_RANK="9", OMPI_COMM_WORLD_SIZE="16",
+                   OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_LOCAL_SIZE="8")
     probe = ("import sys\nfrom slurmfabric import cli\n"
-             "cli.main(['launch', '--print', '--', 'true'])\n"
+             f"cli.main(['launch', '--mode', '{mode}', '--print', '--', 'true'])\n"
              "print(sorted(m for m in sys.modules if m.startswith(('slurmfabric.plan', "
              "'slurmfabric.topology', 'json', 're', 'hashlib', 'contextlib'))))\n")
     for expected in ("discovered", "cache"):
         proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                               text=True)
         assert f"# plan: {expected}\n" in proc.stdout, proc.stderr
+    assert "export NODE_RANK=1\n" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "[]"  # the warm run
 
 
