@@ -44,7 +44,8 @@ again on every load (any change: a miss). It reads, under the sysfs root:
   kernel sets them together with the value (drivers/infiniband/core/cache.c).
   InfiniBand GIDs are left out, as discovery's plan-only read leaves them out.
 - ``/dev/infiniband`` (the uverbs nodes a container was given).
-- ``/sys/class/net`` (netdevs added, removed, renamed), each netdev's ``bonding/slaves``,
+- ``/sys/class/net`` (netdevs added, removed, renamed), ``bonding_masters`` and each bond's
+  ``bonding/slaves`` (under a fixture root without bonding_masters: every netdev's),
   and ``/proc/net/route``, ``/proc/net/fib_trie``, ``/proc/net/if_inet6``,
   ``/proc/net/vlan/config`` (addresses, routes and VLANs: proc(5); they decide
   NCCL_SOCKET_IFNAME and the RoCE GID choice).
@@ -198,8 +199,14 @@ def _key(kind: str, root: str, inputs: list[str]) -> str | None:
         affinity = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     except (AttributeError, OSError):
         affinity = ""
-    return "\0".join([FORMAT, kind, __version__, _code_stamp(), sys.version, boot,
+    global _STAMP
+    if _STAMP is None:
+        _STAMP = _code_stamp()
+    return "\0".join([FORMAT, kind, __version__, _STAMP, sys.version, boot,
                       os.path.abspath(root), str(os.geteuid()), affinity, *inputs])
+
+
+_STAMP: str | None = None  # _code_stamp() of this process, read once
 
 
 def _code_stamp(package: str | None = None) -> str:
@@ -304,8 +311,15 @@ def fingerprint(root: str, extra: tuple) -> tuple:
     add(_list(base + "/dev/infiniband"))
     nets = _list(base + "/sys/class/net")
     add(nets)
-    for net in nets or ():
-        add(_read(f"{base}/sys/class/net/{net}/bonding/slaves"))
+    # bonding_masters lists every bond while the bonding driver is loaded (kernel docs,
+    # Documentation/networking/bonding.rst; drivers/net/bonding/bond_sysfs.c): on the real
+    # root no such file means no bond; a fixture tree may lack it, so every netdev is asked
+    bonds = _read(base + "/sys/class/net/bonding_masters")
+    add(bonds)
+    asked = bonds.split() if bonds is not None else (nets or ()) if base else ()
+    for net in asked:
+        add(_read(f"{base}/sys/class/net/{net.decode() if isinstance(net, bytes) else net}"
+                  "/bonding/slaves"))
     for name in ("route", "fib_trie", "if_inet6", "vlan/config"):
         add(_read(f"{base}/proc/net/{name}"))
     for name in ("devices", "drivers/nvidia", "drivers/amdgpu"):

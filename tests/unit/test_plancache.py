@@ -388,3 +388,19 @@ def test_edited_planner_code_is_another_key(tmp_path: Path) -> None:
     assert before == plancache._code_stamp(str(tmp_path))
     os.utime(tmp_path / "topology" / "a.py", ns=(2 * 10**18, 2 * 10**18))
     assert plancache._code_stamp(str(tmp_path)) != before
+
+
+def test_a_bond_losing_a_slave(tmp_path: Path) -> None:
+    root = fakesysfs.build(real_nodes.lag_b300(), tmp_path / "root")
+    env = env_for(root, tmp_path / "cache")
+    assert build(env).plan_origin == "discovered" and build(env).plan_origin == "cache"
+    slaves = sorted((root / "sys" / "class" / "net").glob("*/bonding/slaves"))
+    assert slaves
+    first = slaves[0].read_text().split()
+    slaves[0].write_text(" ".join(first[:-1]) + "\n")
+    again(env)
+    masters = root / "sys" / "class" / "net" / "bonding_masters"  # as the bonding driver has it
+    masters.write_text(" ".join(p.parent.parent.name for p in slaves) + "\n")
+    assert build(env).plan_origin == "discovered" and build(env).plan_origin == "cache"
+    slaves[0].write_text(" ".join(first) + "\n")
+    again(env)
