@@ -158,8 +158,10 @@ def default_dir(environ: dict[str, str]) -> str:
 
 
 def open_cache(environ: dict[str, str]) -> Cache:
-    """The cache this process may use; ``Cache.fd`` is None when there is none (``why``)."""
-    setting = environ.get(ENV, "").strip()
+    """The cache this process may use; ``Cache.fd`` is None when there is none (``why``).
+    The setting comes from the task's ``environ``, else from this process's own
+    environment (a library caller that describes a task by a dict of its own)."""
+    setting = (environ.get(ENV) or os.environ.get(ENV, "")).strip()
     if setting.lower() in _OFF:
         return Cache(None, "", f"off ({ENV}={setting})")
     path = setting if setting.startswith("/") else default_dir(environ)

@@ -404,3 +404,16 @@ def test_a_bond_losing_a_slave(tmp_path: Path) -> None:
     assert build(env).plan_origin == "discovered" and build(env).plan_origin == "cache"
     slaves[0].write_text(" ".join(first) + "\n")
     again(env)
+
+
+def test_a_library_caller_s_own_setting_places_the_cache(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """taskenv.build(environ) describes a task by a dict; where to cache is this process's
+    business: SLURMFABRIC_PLAN_CACHE from os.environ when the dict has none."""
+    root = fakesysfs.build(nodes.h100_ib(), tmp_path / "root")
+    monkeypatch.setenv("SLURMFABRIC_PLAN_CACHE", str(tmp_path / "mine"))
+    env = {**STEP, "SLURMFABRIC_SYSFS_ROOT": str(root)}
+    assert build(env).plan_origin == "discovered" and build(env).plan_origin == "cache"
+    assert len(list((tmp_path / "mine").glob("plan-*.marshal"))) == 1
+    assert build({**env, "SLURMFABRIC_PLAN_CACHE": "off"}).plan_origin.endswith("off "
+                                                                             "(SLURMFABRIC_PLAN_CACHE=off)")
