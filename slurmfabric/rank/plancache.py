@@ -3,7 +3,10 @@
 Every rank of every launcher runs ``slurmfabric launch``; without a cache each one
 discovers the node (~400 sysfs/procfs reads) and plans again. With it, the first rank of a
 step on a node discovers and plans and writes both; the others read the plan back: a
-``marshal`` load (built in, no import) plus the fingerprint below. The cached path imports
+``marshal`` load (built in, no import) plus the fingerprint below. Ranks that start
+together (srun starts a node's tasks at once) miss together: one takes the entry's lock
+(flock(2) on ``<entry>.lock``) and discovers, the others wait for it (at most LOCK_WAIT)
+and read what it wrote. The cached path imports
 the standard library only; ``slurmfabric.topology`` and ``slurmfabric.plan`` load on a miss.
 
 Where: ``$SLURMFABRIC_PLAN_CACHE`` when it names a directory (``off``/``0``/``no``/``false``:
@@ -425,6 +428,47 @@ def load_plan(cache: Cache, root: str, inputs: list[str]) -> CachedPlan | None:
         return CachedPlan(payload)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+LOCK_WAIT = 5.0  # seconds a rank waits for another rank's discovery before its own
+
+
+def lock(cache: Cache, root: str, inputs: list[str]) -> int | None:
+    """On a miss: take the entry's lock, so that of the ranks srun starts at once on a node
+    one discovers and the others wait and read its entry (flock(2): released when its holder
+    exits, however it exits). None (and discovery goes ahead) when there is no lock to take
+    or it is held for longer than LOCK_WAIT. The caller loads again once it holds the lock."""
+    key = _key("plan", root, inputs)
+    if key is None or cache.fd is None:
+        return None
+    try:
+        fd = os.open(_name("plan", key)[:-len(".marshal")] + ".lock",
+                     os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=cache.fd)
+    except OSError:
+        return None
+    import fcntl  # the miss path only
+    import time
+
+    deadline = time.monotonic() + LOCK_WAIT
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode) and not _safe(os.fstat(fd)):
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.005)
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 def prepare(root: str, environ: dict[str, str]) -> tuple:

@@ -144,7 +144,7 @@ def _cached_or_made(opts: dict[str, object], environ: dict[str, str], root: str,
     """The plan from the per-boot cache, else discovered (or ``topology``) and made."""
     from slurmfabric.rank import plancache
 
-    cache = None
+    cache = held = None
     if topology is None and opts.get("cache", True):
         cache = plancache.open_cache(environ)
     try:
@@ -154,6 +154,12 @@ def _cached_or_made(opts: dict[str, object], environ: dict[str, str], root: str,
             cached = plancache.load_plan(cache, root or "/", inputs)
             if cached is not None:
                 return cached, "cache"
+            held = plancache.lock(cache, root or "/", inputs)
+            if held is not None:  # the rank that held it may have written the entry
+                cache.fingerprint = None
+                cached = plancache.load_plan(cache, root or "/", inputs)
+                if cached is not None:
+                    return cached, "cache"
         try:
             from slurmfabric.plan import make_plan, visible_gpus_from_env
             from slurmfabric.topology import discover
@@ -182,6 +188,7 @@ def _cached_or_made(opts: dict[str, object], environ: dict[str, str], root: str,
         return plan, f"{origin}; cache: {why}" if why else origin
     finally:
         if cache is not None:
+            plancache.unlock(held)
             cache.close()
 
 

@@ -417,3 +417,34 @@ def test_a_library_caller_s_own_setting_places_the_cache(tmp_path: Path,
     assert len(list((tmp_path / "mine").glob("plan-*.marshal"))) == 1
     off = build({**env, "SLURMFABRIC_PLAN_CACHE": "off"})  # the task's own setting wins
     assert off.plan_origin == "discovered; cache: off (SLURMFABRIC_PLAN_CACHE=off)"
+
+
+def test_ranks_starting_together_wait_for_the_first_ones_discovery(tmp_path: Path) -> None:
+    """srun starts a node's ranks at once: while one holds the entry's lock (discovering),
+    another waits for it and then reads the entry it wrote instead of discovering too."""
+    from slurmfabric.topology import discover
+
+    root = fakesysfs.build(nodes.h100_ib(), tmp_path / "root")
+    env = env_for(root, tmp_path / "cache")
+    rank_env = taskenv.resolve({"mode": "auto"}, env)
+    inputs = plancache.plan_inputs(env, 8, rank_env.master_addr, "auto", "gpu2")
+    cache = plancache.open_cache(env)
+    held = plancache.lock(cache, str(root), inputs)
+    assert held is not None
+    probe = ("from slurmfabric.rank import task\nimport os\n"
+             "print(task.build(dict(os.environ), strict=False).plan_origin)\n")
+    other = subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True,
+                             env=clean_env(**env, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            other.wait(timeout=1.0)  # waiting for the lock, not discovering
+        before = plancache.prepare(str(root), env)
+        fresh = build({**env, "SLURMFABRIC_PLAN_CACHE": "off"})
+        assert plancache.store(cache, str(root), env, inputs, before,
+                               discover(str(root), plan_only=True, environ=env),
+                               fresh.plan) == ""
+    finally:
+        plancache.unlock(held)
+        cache.close()
+    out, _ = other.communicate(timeout=60)
+    assert out.strip() == "cache"
