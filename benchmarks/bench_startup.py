@@ -4,18 +4,28 @@ Runs each command N times in subprocesses (same venv) and prints medians and rat
 a 2-node and a 10,000-node SLURM_JOB_NODELIST, and for the 2-node case on a GPU/RDMA node
 where the fabric plan runs, also as a torchrun worker (``launch --mode torchrun`` under
 torchrun's variables) and as an Open MPI rank (``launch --mode mpi``): the cost each worker
-or rank pays for its plan and binding. SLURMFABRIC_SYSFS_ROOT points at the 8-GPU H100 fixture tree
+or rank pays for its plan and binding. Each plan row runs three ways: ``cache off``
+(SLURMFABRIC_PLAN_CACHE=off: discover and plan in every rank), ``cold`` (the per-boot plan
+cache, rank/plancache.py, emptied before every run: the first rank of a step on a node)
+and ``warm`` (every other rank). ``slurmfabric --version`` is the entry point alone: what
+the installer's console script costs before slurmfabric runs (pip's imports ``re``).
+SLURMFABRIC_SYSFS_ROOT points at the 8-GPU H100 fixture tree
 (tests/fakesysfs.py + tests/fixtures/topology/nodes.py). With that variable set, env and
 launch always discover and plan (the /dev/nvidiactl + /sys/class/infiniband gate is only
 for the real root), and the script checks that NCCL_IB_HCA really came out. Bytecode is
 compiled first, as it is on an installed system.
 
-    .venv/bin/python benchmarks/bench_startup.py [N]
+    .venv/bin/python benchmarks/bench_startup.py [N] [console|direct]
+
+``direct`` starts slurmfabric as ``python -c 'from slurmfabric.cli import main; ...'``
+instead of the console script: the same interpreter start as the bare row, so the ratios
+show slurmfabric's own cost without the installer's wrapper.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,6 +34,7 @@ import time
 from pathlib import Path
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+ENTRY = sys.argv[2] if len(sys.argv) > 2 else "console"
 PY = sys.executable
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 
@@ -51,6 +62,7 @@ def step_env(nodelist: str, nnodes: int) -> dict[str, str]:
 
 
 QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
+COLD_CACHE = "BENCH_COLD_CACHE"  # read by medians_ms only; slurmfabric ignores it
 
 
 def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[float]:
@@ -58,12 +70,16 @@ def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[float]:
 
     Interleaving keeps the ratios honest on a shared machine: a burst of load hits every
     case of a round instead of whichever case happened to be running. stderr is dropped.
+    A case whose environment has COLD_CACHE gets its plan cache emptied before each run
+    (not timed).
     """
     for cmd, env in cases:
         subprocess.run(cmd, env=env, **QUIET)  # warm + .pyc
     times: list[list[float]] = [[] for _ in cases]
     for _ in range(N):
         for slot, (cmd, env) in zip(times, cases):
+            if env.get(COLD_CACHE):
+                shutil.rmtree(env["SLURMFABRIC_PLAN_CACHE"], ignore_errors=True)
             start = time.perf_counter()
             subprocess.run(cmd, env=env, **QUIET)
             slot.append(time.perf_counter() - start)
@@ -83,6 +99,8 @@ def entry_point() -> list[str]:
 
     ``-m`` costs more: runpy imports importlib.util, contextlib, collections, functools.
     """
+    if ENTRY == "direct":
+        return [PY, "-c", "import sys; from slurmfabric.cli import main; sys.exit(main())"]
     script = Path(PY).parent / "slurmfabric"
     return [str(script)] if script.exists() else [PY, "-m", "slurmfabric"]
 
@@ -94,16 +112,14 @@ def main() -> None:
     big = step_env(scattered, 102 * 99)
     entry = entry_point()
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        planned = {**two, "SLURMFABRIC_SYSFS_ROOT": h100_root(tmp)}
+        planned = {**two, "SLURMFABRIC_SYSFS_ROOT": h100_root(tmp),
+                   "SLURMFABRIC_PLAN_CACHE": "off"}
         out = subprocess.run([*entry, "env"], env=planned, capture_output=True, text=True).stdout
         assert "NCCL_IB_HCA" in out, f"the fabric plan did not run:\n{out}"
-        rows = [
+        rows = [("slurmfabric --version (entry point alone)", [*entry, "--version"], two)]
+        rows += [
             (f"{name} ({label})", [*entry, *args], env)
-            for label, env in (
-                ("2 nodes", two),
-                (f"{102 * 99} nodes", big),
-                ("2 nodes, plan: H100 fixture", planned),
-            )
+            for label, env in (("2 nodes", two), (f"{102 * 99} nodes", big))
             for name, args in (("env", ["env"]), ("launch -- true", ["launch", "--", "true"]))
         ]
         worker = {**planned, "TORCHELASTIC_RUN_ID": "bench-4242", "MASTER_ADDR": "10.1.0.2",
@@ -112,18 +128,31 @@ def main() -> None:
         rank = {**planned, "OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_SIZE": "16",
                 "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
                 "SLURMD_NODENAME": "gpu002", "SLURMFABRIC_ALLOW_LOOPBACK": "1"}
+        modes = [("env", ["env"], planned), ("launch -- true", ["launch", "--", "true"], planned)]
         for label, mode, env in (("torchrun worker", "torchrun", worker),
                                  ("Open MPI rank", "mpi", rank)):
             probe = subprocess.run([*entry, "launch", "--mode", mode, "--print", "--", "true"],
                                    env=env, capture_output=True, text=True).stdout
             assert "# binding: local_rank=0 gpu=0 nic=mlx5_0:1" in probe, probe
-            rows.append((f"launch -- true ({label}, plan)",
-                         [*entry, "launch", "--mode", mode, "--", "true"], env))
+            modes.append((f"launch -- true ({label})", ["launch", "--mode", mode, "--", "true"],
+                          env))
+        for index, (name, args, env) in enumerate(modes):
+            cold = os.path.join(tmp, f"cold-{index}")
+            for cache, extra in (("cache off", {}),
+                                 ("cold", {"SLURMFABRIC_PLAN_CACHE": cold, COLD_CACHE: "1"}),
+                                 ("warm", {"SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")})):
+                rows.append((f"{name}, plan, {cache}", [*entry, *args], {**env, **extra}))
+        warm = {**planned, "SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")}
+        for _ in range(2):  # the first run writes the entry, the second reads it
+            probe = subprocess.run([*entry, "launch", "--print", "--", "true"], env=warm,
+                                   capture_output=True, text=True).stdout
+        assert "# plan: cache" in probe, probe  # the warm rows really read the cache
         bare, *results = medians_ms([([PY, "-c", "pass"], two)] + [(c, e) for _, c, e in rows])
-        print(f"entry point: {' '.join(entry)}; medians of {N} interleaved rounds")
-        print(f"{'python -c pass':44} {bare:6.1f} ms")
+        print(f"entry point: {' '.join(entry)}\nmedians of {N} interleaved rounds; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        print(f"{'python -c pass':48} {bare:6.1f} ms")
         for (label, _, _), ms in zip(rows, results):
-            print(f"{label:44} {ms:6.1f} ms  {ms / bare:4.2f}x bare")
+            print(f"{label:48} {ms:6.1f} ms  {ms / bare:4.2f}x bare")
 
 
 if __name__ == "__main__":

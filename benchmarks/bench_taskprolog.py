@@ -4,11 +4,12 @@ slurmstepd starts the TaskProlog before every task, so its cost is paid per task
 the installed script (``slurmfabric site install``: /bin/sh, then Python -I straight into
 the TaskProlog) as slurmstepd would, with task 5 of a 2-node x 8-task step's environment, and
 prints median / p90 wall milliseconds for: a bare Python start (``python -c pass``, the
-baseline, measured in the same run), the TaskProlog with a warm per-boot topology cache
-(every task after a node's first: the plan too is cached per step's inputs), the first
+baseline, measured in the same run), the TaskProlog with the per-boot plan cache warm
+(rank/plancache.py, shared with launch and env: every task after a node's first), the first
 task of a boot (cold cache: sysfs discovery and the plan),
 and an opted-out job (SLURMFABRIC_TASKPROLOG=off: the shell returns before Python).
-Ratios are to the baseline. Goal: warm cache under 2x a bare Python start.
+Ratios are to the baseline. Goal: warm cache under 2x a bare Python start. Python -I
+ignores PYTHONPATH: this measures the slurmfabric installed in the interpreter's venv.
 ``python benchmarks/bench_taskprolog.py [runs]``
 """
 
@@ -32,7 +33,8 @@ from helpers import h100_tree  # noqa: E402
 
 def task_env(tmp: Path) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
-            "TMPDIR": str(tmp / "tmp"), "SLURM_JOB_ID": "4242", "SLURM_PROCID": "5",
+            "TMPDIR": str(tmp / "tmp"), "SLURMFABRIC_PLAN_CACHE": str(tmp / "tmp" / "cache"),
+            "SLURM_JOB_ID": "4242", "SLURM_PROCID": "5",
             "SLURM_NTASKS": "16", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "gpu[001-002]",
             "SLURM_STEP_NODELIST": "gpu[001-002]", "SLURM_LOCALID": "5", "SLURM_NODEID": "0",
             "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "16",
@@ -73,7 +75,7 @@ def main() -> None:
         base = measure([sys.executable, "-c", "pass"], env, runs)
         cases = [("warm cache (every task after the first)", env, None),
                  ("cold cache (a node's first task per boot)", env,
-                  tmp_path / "tmp" / f"slurmfabric-{os.getuid()}"),
+                  tmp_path / "tmp" / "cache"),
                  ("opted out (SLURMFABRIC_TASKPROLOG=off)",
                   {**env, "SLURMFABRIC_TASKPROLOG": "off"}, None)]
         print(f"TaskProlog per task, {runs} runs each (median / p90 ms, ratio to baseline)")

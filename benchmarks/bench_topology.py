@@ -1,4 +1,6 @@
-"""Discovery + plan on the 8-GPU H100 fixture, in process (target: < 50 ms).
+"""Discovery + plan on the 8-GPU H100 fixture, in process (target: < 50 ms), and the plan
+cache's fingerprint (rank/plancache.py) against the plan-only discovery it stands in for,
+on the H100 InfiniBand and the RoCE fixture (a RoCE port's GID slots are read too).
 
     .venv/bin/python benchmarks/bench_topology.py [--repeat 50]
 """
@@ -48,7 +50,32 @@ def main() -> int:
         f"min {min(times):.1f} ms, max {max(times):.1f} ms (target < 50 ms)"
     )
     print(f"make_plan alone: {plan_only:.2f} ms")
+    fingerprint_vs_discovery(args.repeat)
     return 0
+
+
+def fingerprint_vs_discovery(repeat: int) -> None:
+    """Medians: what every warm rank reads (the fingerprint) vs what a cold one does."""
+    import os
+
+    from slurmfabric.rank import plancache
+    from slurmfabric.topology import discover
+
+    for label, node in (("H100 IB", nodes.h100_ib()), ("H100 RoCE", nodes.h100_roce_numa_off())):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = str(fakesysfs.build(node, tmp))
+            extra = plancache.extra_probes(root, dict(os.environ))
+            found, read = [], []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                discover(root, plan_only=True)
+                found.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                plancache.fingerprint(root, extra)
+                read.append((time.perf_counter() - start) * 1000)
+        disc, fp = statistics.median(found), statistics.median(read)
+        print(f"{label}: plan-only discovery {disc:.2f} ms, cache fingerprint {fp:.2f} ms "
+              f"({disc / fp:.0f}x less)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A minimal environment for a subprocess a test starts, that still keeps bytecode out of
-the checkout: every such env carries PYTHONPYCACHEPREFIX (set by tests/conftest.py) and
-HYPOTHESIS_STORAGE_DIRECTORY, and nothing else from the caller's environment."""
+the checkout: every such env carries PYTHONPYCACHEPREFIX (set by tests/conftest.py),
+HYPOTHESIS_STORAGE_DIRECTORY and SLURMFABRIC_PLAN_CACHE (the test session's scratch plan
+cache), and nothing else from the caller's environment."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-KEEP = ("PYTHONPYCACHEPREFIX", "HYPOTHESIS_STORAGE_DIRECTORY")
+KEEP = ("PYTHONPYCACHEPREFIX", "HYPOTHESIS_STORAGE_DIRECTORY", "SLURMFABRIC_PLAN_CACHE")
 
 
 def clean_env(**variables: str) -> dict[str, str]:

@@ -52,6 +52,10 @@ _STATE = {"started_here": False, "cluster_tests_run": 0}
 # Jobs the tests submit are recorded in a scratch directory, not the user's own (set before
 # any fixture copies the environment for the testbed's commands).
 os.environ["SLURMFABRIC_JOBS_DIR"] = tempfile.mkdtemp(prefix="slurmfabric-job-records-")
+# The per-boot plan cache (rank/plancache.py) of every env/launch/TaskProlog a test runs, in
+# process or not (tests/cleanenv.py keeps it): a private scratch directory, never /run or
+# the user's own.
+os.environ["SLURMFABRIC_PLAN_CACHE"] = tempfile.mkdtemp(prefix="slurmfabric-plan-cache-")
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +81,7 @@ def cluster() -> Cluster:
 def clean_sf_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No SLURMFABRIC_* leaks in from the developer's shell; no /etc site defaults file."""
     for name in list(os.environ):
-        if name.startswith("SLURMFABRIC_"):
+        if name.startswith("SLURMFABRIC_") and name != "SLURMFABRIC_PLAN_CACHE":
             monkeypatch.delenv(name)
     monkeypatch.setenv("SLURMFABRIC_SITE_DEFAULTS", "")
 

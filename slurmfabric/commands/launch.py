@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
                               strict=not opts.get("--print"))
     final, kept, plan, binding = task.variables, task.kept, task.plan, task.binding
     if opts.get("--print"):
-        _print(final, kept, plan, binding, command, bool(opts.get("--no-bind")))
+        _print(final, kept, plan, binding, command, bool(opts.get("--no-bind")),
+               task.plan_origin)
         return 1 if getattr(plan, "errors", None) else 0
     if binding is not None and not opts.get("--no-bind"):
         from slurmfabric.rank.binding import apply_binding
@@ -68,10 +69,11 @@ def main(argv: list[str]) -> int:
     return 1  # not reached: execvpe replaced this process
 
 
-def _print(final, kept, plan, binding, command, no_bind: bool) -> None:
+def _print(final, kept, plan, binding, command, no_bind: bool, origin: str) -> None:
     out = [taskenv.render(final, kept, "export", plan).rstrip("\n")]
     if plan is not None:
         out.append(f"# fabric: type={plan.fabric_type} node={plan.fabric} ({plan.summary})")
+        out.append(f"# plan: {origin}")
         out += [f"# note: {note}" for note in plan.notes]
         out += [f"# slurmfabric: error: {error}" for error in plan.errors]
     if binding is None:

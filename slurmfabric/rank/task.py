@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 from slurmfabric._common.record import Record
-from slurmfabric._common.textcheck import SAFE_CHARS, shell_word
 from slurmfabric.errors import UsageError
 from slurmfabric.rank import env as rankenv
 
@@ -80,22 +79,32 @@ def check_port(rank_env: rankenv.RankEnv, environ: dict[str, str]) -> None:
 
 def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict[str, str],
                topology: object = None):
-    """The fabric plan for this node, or None (batch shell, --no-plan, a CPU-only node).
-    ``topology``: the node's discovered Topology when the caller has it (the TaskProlog's
-    per-boot cache), else discovery runs here.
+    """The fabric plan for this node, or None (see ``node_plan``)."""
+    return node_plan(rank_env, opts, environ, topology)[0]
+
+
+def node_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict[str, str],
+              topology: object = None) -> tuple[object, str]:
+    """(the fabric plan for this node or None, where it came from: ``cache``,
+    ``discovered``, ``discovered; cache: WHY NOT``, or '' without a plan).
+
+    ``topology``: the node's discovered Topology when the caller has it (no cache then).
+    ``opts["cache"]`` False: no per-boot cache (rank/plancache.py; also
+    SLURMFABRIC_PLAN_CACHE=off).
 
     NCCL settings are per node, so never in the batch shell (its values would leak into
     every node's steps). A node with neither GPUs nor RDMA devices gets no plan at all:
     nothing to tune, and the topology code stays unimported (it is the slow part).
     """
     if rank_env.scope == "job" or not opts.get("plan", True):
-        return None
+        return None, ""
     if environ.get("SLURMFABRIC_NO_PLAN") == "1":
-        return None
-    if not environ.get("SLURMFABRIC_SYSFS_ROOT") and not _has_accelerators():
+        return None, ""
+    root = environ.get("SLURMFABRIC_SYSFS_ROOT") or ""
+    if not root and not _has_accelerators():
         kind = _raw_fabric_type(opts, environ)
         if kind in ("auto", "tcp"):  # nothing to plan; the plan package stays unimported
-            return None
+            return None, ""
         if fabric_type(opts, environ) != "tcp":  # validates; ib/roce/efa need the fabric
             from slurmfabric.errors import RankEnvError
 
@@ -105,25 +114,13 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
                 "(/dev/nvidiactl and /sys/class/infiniband are absent)",
                 "run on a node with the fabric, or set fabric.type=auto or tcp",
             )
-        return None
-    try:
-        from slurmfabric.plan import make_plan, visible_gpus_from_env
-        from slurmfabric.topology import discover
-    except ImportError:  # the fabric plan is optional at this seam
-        return None
+        return None, ""
     local = rank_env.local_world_size or rank_env.nproc_per_node or 1
-    if topology is None:
-        topology = discover(environ.get("SLURMFABRIC_SYSFS_ROOT") or None, plan_only=True,
-                            environ=environ)
-    plan = make_plan(
-        topology,  # type: ignore[arg-type]
-        local,
-        visible_gpus=visible_gpus_from_env(environ),
-        master_addr=rank_env.master_addr,
-        user_env=environ,
-        fabric_type=fabric_type(opts, environ),
-        node=environ.get("SLURMD_NODENAME") or os.uname().nodename,
-    )
+    node = environ.get("SLURMD_NODENAME") or os.uname().nodename
+    plan, origin = _cached_or_made(opts, environ, root, local, rank_env.master_addr, node,
+                                   topology)
+    if plan is None:
+        return None, ""
     if (environ.get("KUBERNETES_SERVICE_HOST") and not environ.get("SLURM_JOB_ID")
             and getattr(plan, "fabric", "tcp") in ("ib", "roce")):
         from slurmfabric.rank.k8s import locked_memory_problem
@@ -139,7 +136,60 @@ def wants_plan(rank_env: rankenv.RankEnv, opts: dict[str, object], environ: dict
             "fix the node (slurmfabric topo --explain) or set fabric.type=auto to let "
             "each node decide",
         )
-    return plan
+    return plan, origin
+
+
+def _cached_or_made(opts: dict[str, object], environ: dict[str, str], root: str, local: int,
+                    master_addr: str, node: str, topology: object) -> tuple[object, str]:
+    """The plan from the per-boot cache, else discovered (or ``topology``) and made."""
+    from slurmfabric.rank import plancache
+
+    cache = held = None
+    if topology is None and opts.get("cache", True):
+        cache = plancache.open_cache(environ)
+    try:
+        inputs = plancache.plan_inputs(environ, local, master_addr,
+                                       _raw_fabric_type(opts, environ), node)
+        if cache is not None:
+            cached = plancache.load_plan(cache, root or "/", inputs)
+            if cached is not None:
+                return cached, "cache"
+            held = plancache.lock(cache, root or "/", inputs)
+            if held is not None:  # the rank that held it may have written the entry
+                cache.fingerprint = None
+                cached = plancache.load_plan(cache, root or "/", inputs)
+                if cached is not None:
+                    return cached, "cache"
+        try:
+            from slurmfabric.plan import make_plan, visible_gpus_from_env
+            from slurmfabric.topology import discover
+        except ImportError:  # the fabric plan is optional at this seam
+            return None, ""
+        usable = cache is not None and cache.fd is not None
+        before = plancache.prepare(root or "/", environ) if usable else ()
+        if usable:
+            topology = plancache.load_topology(cache, root or "/", environ, before)
+        fresh = topology is None
+        if fresh:
+            topology = discover(root or None, plan_only=True, environ=environ)
+        plan = make_plan(
+            topology,  # type: ignore[arg-type]
+            local,
+            visible_gpus=visible_gpus_from_env(environ),
+            master_addr=master_addr,
+            user_env=environ,
+            fabric_type=fabric_type(opts, environ),
+            node=node,
+        )
+        if cache is None:
+            return plan, "discovered; cache: off" if topology is None or fresh else "given"
+        why = plancache.store(cache, root or "/", environ, inputs, before, topology, plan)
+        origin = "discovered" if fresh else "planned from the cached topology"
+        return plan, f"{origin}; cache: {why}" if why else origin
+    finally:
+        if cache is not None:
+            plancache.unlock(held)
+            cache.close()
 
 
 def _raw_fabric_type(opts: dict[str, object], environ: dict[str, str]) -> str:
@@ -166,12 +216,14 @@ class TaskEnv(Record):
     """What one task gets: its rank env, the variables to set, the user's values kept,
     the node's plan (or None) and this local rank's binding (or None)."""
 
-    __slots__ = ("rank_env", "variables", "kept", "plan", "binding")
+    __slots__ = ("rank_env", "variables", "kept", "plan", "binding", "plan_origin")
+    _defaults = {"plan_origin": ""}
     rank_env: rankenv.RankEnv
     variables: dict[str, str]
     kept: dict[str, str]
     plan: object
     binding: object
+    plan_origin: str  # node_plan's answer: "cache", "discovered", ...
 
 
 def build(
@@ -188,6 +240,7 @@ def build(
     bind: bool = True,
     strict: bool = True,
     plan_source: object = None,
+    cache: bool = True,
 ) -> TaskEnv:
     """The environment and binding of the task ``environ`` (default ``os.environ``)
     describes: what ``slurmfabric env`` prints and ``slurmfabric launch`` applies.
@@ -196,26 +249,29 @@ def build(
     (RankEnvError); ``launch --print`` passes False to show the errors instead.
     ``bind=False``: the binding is planned but its CPU/memory entries are not exported.
     ``plan_source``: a callable ``(rank_env, opts, environ) -> plan or None`` used instead
-    of ``wants_plan`` (the TaskProlog's per-boot cache, site/taskprolog.py).
+    of ``wants_plan``. ``cache``: use the per-boot plan cache (rank/plancache.py).
     """
     env = dict(os.environ if environ is None else environ)
     opts = {"mode": mode, "addr_policy": addr_policy, "port_range": port_range, "port": port,
             "fabric_type": fabric_type, "check_port": check_port, "plan": plan,
-            "strict": strict}
+            "strict": strict, "cache": cache}
     rank_env = resolve(opts, env)
     final, kept = rankenv.with_user_values(rank_env, env, override)
-    node_plan = (plan_source or wants_plan)(rank_env, opts, env)  # type: ignore[operator]
+    if plan_source is not None:
+        the_plan, origin = plan_source(rank_env, opts, env), "given"  # type: ignore[operator]
+    else:
+        the_plan, origin = node_plan(rank_env, opts, env)
     binding = None
-    if node_plan is not None:
-        for key, value in node_plan.nccl_env.items():  # the plan never overrides the user's
+    if the_plan is not None:
+        for key, value in the_plan.nccl_env.items():  # the plan never overrides the user's
             final.setdefault(key, value)
-        binding = _binding(node_plan, rank_env)
+        binding = _binding(the_plan, rank_env)
         if binding is not None:
             from slurmfabric.rank.binding import binding_env
 
             final.update(binding_env(binding, bound=bind,
-                                     nic=getattr(node_plan, "fabric", "tcp") != "tcp"))
-    return TaskEnv(rank_env, final, kept, node_plan, binding)
+                                     nic=getattr(the_plan, "fabric", "tcp") != "tcp"))
+    return TaskEnv(rank_env, final, kept, the_plan, binding, origin)
 
 
 def _binding(plan: object, rank_env: rankenv.RankEnv) -> object | None:
@@ -227,7 +283,12 @@ def _binding(plan: object, rank_env: rankenv.RankEnv) -> object | None:
     return bindings[local]
 
 
-quote = shell_word  # re-exported: the rendered exports and `launch --print` use it
+def quote(value: str) -> str:
+    """A shell word for ``value`` (textcheck.shell_word), imported on use: 'launch' without
+    --print renders nothing, so it does not pay for textcheck."""
+    from slurmfabric._common.textcheck import shell_word
+
+    return shell_word(value)
 
 
 def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) -> str:
@@ -235,21 +296,21 @@ def render(final: dict[str, str], kept: dict[str, str], fmt: str, plan: object) 
         import json
 
         return json.dumps(final, indent=2, sort_keys=False) + "\n"
-    from slurmfabric._common.textcheck import one_line
+    from slurmfabric._common.textcheck import SAFE_CHARS, one_line, shell_word
 
     lines = []
     if fmt == "export":
         # Comment lines hold user values: a newline there would end the comment and run the
         # rest under eval, so every non-printable character is shown by its escape.
         lines += [
-            f"# slurmfabric: kept {key}={one_line(quote(value), 200)} (already set; "
+            f"# slurmfabric: kept {key}={one_line(shell_word(value), 200)} (already set; "
             "--override replaces it)"
             for key, value in kept.items()
         ]
         for warning in getattr(plan, "warnings", ()) or ():
             lines.append("# slurmfabric: warning: " + one_line(" ".join(str(warning).split()),
                                                                1000))
-        lines += [f"export {key}={quote(value)}" for key, value in final.items()]
+        lines += [f"export {key}={shell_word(value)}" for key, value in final.items()]
     else:  # dotenv: KEY=value, double-quoted when needed
         for key, value in final.items():
             if value and all(c in SAFE_CHARS for c in value):

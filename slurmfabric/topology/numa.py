@@ -19,6 +19,11 @@ PEERMEM_FILES = (
     "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
     "/sys/module/nvidia_peermem/version",  # nvidia-peermem shipped with the driver
 )
+NVIDIA_PEERMEM = "/sys/module/nvidia_peermem"
+AMDGPU = "/sys/module/amdgpu"
+NVIDIA_VERSION = "/proc/driver/nvidia/version"
+# Every path discover_gdr checks for existence (rank/plancache.py re-checks them per load)
+GDR_EXISTS = (*PEERMEM_FILES, NVIDIA_PEERMEM, AMDGPU)
 
 # Cloud plugins that own the NCCL network configuration (paths as their docs use them).
 MARKERS = {
@@ -103,15 +108,15 @@ def discover_gdr(reader: Reader) -> GdrSupport:
     for path in PEERMEM_FILES:
         if reader.exists(path):
             return GdrSupport("peermem", f"{path} exists")
-    if reader.exists("/sys/module/nvidia_peermem"):
-        return GdrSupport("peermem", "/sys/module/nvidia_peermem exists")
-    driver = reader.text("/proc/driver/nvidia/version")
+    if reader.exists(NVIDIA_PEERMEM):
+        return GdrSupport("peermem", f"{NVIDIA_PEERMEM} exists")
+    driver = reader.text(NVIDIA_VERSION)
     release = reader.text("/proc/sys/kernel/osrelease")
     # DMA-BUF GPUDirect RDMA needs the open GPU kernel modules and Linux >= 5.12; no peer
     # module at all (NCCL's ncclIbDmaBufSupport): a peermem-only check fails healthy nodes.
     if driver and "Open Kernel Module" in driver and _kernel_at_least(release, 5, 12):
         return GdrSupport("dmabuf", f"open NVIDIA kernel module and kernel {release} (>= 5.12)")
-    if driver is None and reader.exists("/sys/module/amdgpu"):
+    if driver is None and reader.exists(AMDGPU):
         # AMD: RCCL registers GPU memory through amdgpu's dma-buf exporter, which RDMA
         # drivers import since Linux 5.12 (ib_umem_dmabuf_get, drivers/infiniband/core)
         if _kernel_at_least(release, 5, 12):

@@ -82,6 +82,7 @@ def test_a_plain_sbatch_script_gets_the_plan_in_every_task(cluster: Cluster, sit
 #SBATCH -N 2 --ntasks-per-node=2 -w {a},{b} -t 5
 export TMPDIR={site}/tmp
 mkdir -p "$TMPDIR"
+export SLURMFABRIC_PLAN_CACHE={site}/plancache
 export NCCL_SOCKET_IFNAME=user0
 srun --label env > {out_dir}/plain.txt
 SLURMFABRIC_TASKPROLOG=off srun --label env > {out_dir}/off.txt
@@ -109,8 +110,10 @@ SLURMFABRIC_TASKPROLOG=off srun --label env > {out_dir}/off.txt
     print("srun env, what each task received:")  # for the issue note (pytest -s)
     for rank, env in shown.items():
         print(f"  task {rank}: " + " ".join(f"{k}={v}" for k, v in env.items()))
-    caches = list((site / "tmp" / f"slurmfabric-{os.getuid()}").glob("topology-*.marshal"))
-    assert len(caches) == 2  # one discovery per node (its own root), not one per task
+    # the per-boot plan cache (rank/plancache.py): one discovery and one plan per node (each
+    # virtual node has its own root), not one per task
+    assert len(list((site / "plancache").glob("topology-*.marshal"))) == 2
+    assert len(list((site / "plancache").glob("plan-*.marshal"))) == 2
     off = tasks((out_dir / "off.txt").read_text())
     assert sorted(off) == [0, 1, 2, 3]
     for env in off.values():

@@ -33,7 +33,8 @@ STEP = {
 
 
 def run(args: list[str], extra: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "MASTER_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM", "MASTER_")) or k == "SLURMFABRIC_PLAN_CACHE"}
     env.update(extra)
     return subprocess.run(
         [sys.executable, "-m", "slurmfabric", *args], env=env, capture_output=True, text=True
@@ -147,7 +148,8 @@ def test_env_and_launch_with_the_plan_import_no_heavy_modules(tmp_path):
         "cli.main(['env']); cli.main(['launch', '--print', '--', 'true'])\n"
         f"print(sorted(set({PER_RANK_HEAVY!r}) & set(sys.modules)))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "MASTER_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM", "MASTER_")) or k == "SLURMFABRIC_PLAN_CACHE"}
     env.update(step, SLURMFABRIC_SYSFS_ROOT=str(root))
     proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -143,3 +143,27 @@ def test_tasks_per_node_counts():
 def test_compress_runs_with_near_misses(names, expected):
     assert hostlist.compress(names) == expected
     assert hostlist.expand(expected) == names
+
+
+def test_the_hand_scan_finds_the_items_and_errors_the_regex_finds() -> None:
+    """_items scans short lists by hand (no ``re`` on an MPI rank) and long ones with
+    ITEM_REGEX: both must give the same items, offsets and errors."""
+    import random
+
+    def run(items, expr):
+        try:
+            return list(items(expr))
+        except hostlist.HostlistError as error:
+            return str(error)
+
+    rng = random.Random(35)
+    alphabet = "ab1[],- \t\r\n\x0b\x1c\u2003-0"
+    exprs = ["", "a", "n[1-4,7],gpu[01-16]", "a[1-2", "a]b", "a[[1]]", "x[1-2]y[3]z, q"]
+    exprs += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(14)))
+              for _ in range(20000)]
+    for expr in exprs:
+        assert len(expr) <= hostlist.SCAN_LIMIT
+        assert run(hostlist._items, expr) == run(hostlist._items_regex, expr), repr(expr)
+    assert any(isinstance(run(hostlist._items, e), str) for e in exprs)  # errors were hit
+    assert any(len(run(hostlist._items, e)) > 1 for e in exprs if not
+               isinstance(run(hostlist._items, e), str))

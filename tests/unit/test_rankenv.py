@@ -314,3 +314,17 @@ def test_torchrun_worker_without_group_world_size_counts_nodes_like_torchrun():
     r = rankenv.resolve(env, mode="torchrun")
     assert r.scope == "worker" and r.nnodes == 2
     assert rankenv.resolve({**env, "GROUP_WORLD_SIZE": "3"}, mode="torchrun").nnodes == 3
+
+
+def test_the_port_hash_is_zlibs_crc32_without_importing_zlib() -> None:
+    """rankenv.crc32 replaced zlib.crc32 on the per-rank path: every job keeps its port."""
+    import random
+    import zlib
+
+    from slurmfabric.rank.env import crc32
+
+    rng = random.Random(35)
+    samples = [b"", b"a", b"c/41//0", "clüster/9/1/job".encode()]
+    samples += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 90)))
+                for _ in range(300)]
+    assert [crc32(s) for s in samples] == [zlib.crc32(s) for s in samples]

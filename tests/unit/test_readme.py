@@ -540,7 +540,8 @@ def test_readme_python_api_block_runs_as_written(tmp_path: Path,
         f'#!/bin/sh\necho "$@" > "{work}/sbatch.args"\ncat > "{work}/sbatch.stdin"\n'
         'echo "4242;clu"\n')
     (work / "bin" / "sbatch").chmod(0o755)
-    for name in [n for n in os.environ if n.startswith(("SLURM", "TORCHELASTIC", "OMPI_"))]:
+    for name in [n for n in os.environ if n.startswith(("SLURM", "TORCHELASTIC", "OMPI_"))
+                 and n != "SLURMFABRIC_PLAN_CACHE"]:  # the session's scratch plan cache
         monkeypatch.delenv(name)
     for name, value in {**SRUN_TASK, "SLURMFABRIC_SYSFS_ROOT": str(work / "h100"),
                         "SLURMFABRIC_SITE_DEFAULTS": "",

@@ -91,29 +91,38 @@ def test_a_value_that_is_not_one_line_is_not_exported(tmp_path, roots) -> None:
     assert all("\n" not in line for line in lines)
 
 
-def test_the_topology_is_discovered_once_per_boot_and_user(tmp_path, roots) -> None:
-    env = task_env(tmp_path)
+def test_the_plan_is_made_once_per_boot_and_shared_with_launch(tmp_path, roots) -> None:
+    """One cache (rank/plancache.py) for the TaskProlog, env and launch: the first task
+    discovers, later tasks and the ranks launch starts read the plan back."""
+    env = task_env(tmp_path, SLURMFABRIC_PLAN_CACHE=str(tmp_path / "cache"))
     first = exported(taskprolog.exports(env, roots))
-    cache = tmp_path / f"slurmfabric-{os.getuid()}"
-    (entry,) = cache.glob("topology-*.marshal")
+    cache = tmp_path / "cache"
     assert oct(cache.stat().st_mode & 0o777) == "0o700"
-    shutil.rmtree(tmp_path / "roots" / "sfn1" / "sys")  # sysfs gone: only the cache can tell
-    again = exported(taskprolog.exports(env, roots))
-    assert again["NCCL_IB_HCA"] == first["NCCL_IB_HCA"] and entry.exists()
+    assert len(list(cache.glob("plan-*.marshal"))) == 1
+    (entry,) = cache.glob("topology-*.marshal")
+    # the same step's rank, through 'slurmfabric launch', finds the TaskProlog's plan
+    from slurmfabric.rank import task as taskenv
+
+    rank = taskenv.build({**env, "SLURMFABRIC_SYSFS_ROOT": roots.replace("{node}", "sfn1")})
+    assert rank.plan_origin == "cache"
+    assert rank.variables["NCCL_IB_HCA"] == first["NCCL_IB_HCA"]
     # A cache directory another user could write to is not trusted: discovery runs again.
     cache.chmod(0o777)
-    assert taskprolog.cache_dir(env) is None
-    assert "NCCL_IB_HCA" not in exported(taskprolog.exports(env, roots))  # no sysfs left
+    again = taskenv.build({**env, "SLURMFABRIC_SYSFS_ROOT": roots.replace("{node}", "sfn1")})
+    assert again.plan_origin.startswith("discovered; cache: ")
+    assert "writable" in again.plan_origin
+    assert exported(taskprolog.exports(env, roots))["NCCL_IB_HCA"] == first["NCCL_IB_HCA"]
 
 
 def test_the_batch_step_gets_job_values_and_no_plan(tmp_path, roots) -> None:
     env = task_env(tmp_path, SLURM_PROCID="0", SLURM_LOCALID="0")
     del env["SLURM_STEP_ID"], env["SLURM_STEP_NODELIST"], env["SLURM_STEP_NUM_TASKS"]
     del env["SLURM_STEP_NUM_NODES"], env["SLURM_STEP_TASKS_PER_NODE"]
+    env["SLURMFABRIC_PLAN_CACHE"] = str(tmp_path / "cache")
     got = exported(taskprolog.exports(env, roots))
     assert got["MASTER_ADDR"] == "sfn1" and got["NNODES"] == "2"
     assert "NCCL_IB_HCA" not in got and "RANK" not in got
-    assert not (tmp_path / f"slurmfabric-{os.getuid()}").exists()  # nothing discovered
+    assert not (tmp_path / "cache").exists()  # nothing discovered, no cache opened
 
 
 def test_the_command_line_never_fails_a_task(tmp_path, roots) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import fakesysfs
@@ -17,7 +18,9 @@ STEP = {"SLURM_JOB_ID": "41", "SLURM_CLUSTER_NAME": "c", "SLURM_JOB_NODELIST": "
         "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "gpu[1-2]",
         "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "16",
         "SLURM_STEP_TASKS_PER_NODE": "8(x2)", "SLURM_PROCID": "13", "SLURM_LOCALID": "5",
-        "SLURM_NODEID": "1", "SLURMD_NODENAME": "gpu2", "SLURMFABRIC_ALLOW_LOOPBACK": "1"}
+        "SLURM_NODEID": "1", "SLURMD_NODENAME": "gpu2", "SLURMFABRIC_ALLOW_LOOPBACK": "1",
+        # the test session's scratch plan cache (tests/conftest.py), not the default one
+        "SLURMFABRIC_PLAN_CACHE": os.environ["SLURMFABRIC_PLAN_CACHE"]}
 
 
 @pytest.fixture(scope="module")
