@@ -101,7 +101,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
         from slurmfabric.config import load_config
 
         config = load_config(args.config, args.sets, args.site_defaults)
-    for line in lookalikes(config):
+    from slurmfabric.job.usercode import check_code
+
+    for line in [*lookalikes(config), *check_code(config)]:
         print(f"slurmfabric: warning: {line}", file=sys.stderr)
     return config
 

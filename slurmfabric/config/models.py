@@ -315,6 +315,46 @@ class ProgramSection(Section):
     container_image: Optional[str] = None
     container_mounts: list[str] = Field(default_factory=list)
     modules: list[str] = Field(default_factory=list)
+    # Code by the user's explicit choice (job/usercode.py): rendered verbatim into marked
+    # sections and shellchecked at render. Every other field is data.
+    setup: list[str] = Field(default_factory=list)  # batch shell, before the launch
+    teardown: list[str] = Field(default_factory=list)  # batch shell, after the launch
+    teardown_on_failure: bool = False  # also after a failed launch (exit code: the launch's)
+    task_setup: list[str] = Field(default_factory=list)  # in every task, before the exec
+    # Run-time parameters: NAME -> default; `submit --param NAME=VALUE` overrides, and
+    # ${NAME} in program.command / env_expand expands to the value.
+    params: dict[str, str] = Field(default_factory=dict)
+    pass_args: bool = False  # the script's own "$@" follows program.command
+
+    @field_validator("setup", "teardown", "task_setup")
+    @classmethod
+    def _code(cls, value: list[str], info: Any) -> list[str]:
+        from slurmfabric.config.launchrules import line_problem
+
+        for line in value:
+            bad = line_problem(line)
+            if bad:
+                raise ValueError(f"program.{info.field_name}: {bad}")
+        return value
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _param_values(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # TOML `lr = 3e-4` means the text "0.0003"
+            return {k: str(v).lower() if isinstance(v, bool) else
+                    str(v) if isinstance(v, (int, float)) else v for k, v in value.items()}
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, value: dict[str, str]) -> dict[str, str]:
+        from slurmfabric.config.launchrules import param_name_problem
+
+        for name in value:
+            bad = param_name_problem(name)
+            if bad:
+                raise ValueError(bad)
+        return value
 
     @field_validator("command")
     @classmethod
@@ -518,7 +558,8 @@ def resume_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
 # Fields whose text is free (textcheck.py): what the program receives, byte for byte.
 _FREE_TEXT = {("program", "command"), ("launcher", "srun_args"), ("launcher", "mpirun_args"),
               ("program", "env"), ("program", "env_prepend"), ("program", "env_append"),
-              ("program", "env_expand")}
+              ("program", "env_expand"), ("program", "params"), ("program", "setup"),
+              ("program", "teardown"), ("program", "task_setup")}
 
 
 def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
@@ -621,9 +662,11 @@ class JobConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_fields(self) -> JobConfig:
+        from slurmfabric.config import launchrules
         from slurmfabric.plan.contract import conflicts
 
         problems = cross_field_problems(self.job, self.launcher, self.program)
+        problems += launchrules.program_problems(self.program, self.launcher)
         problems += conflicts(self.fabric.type, self.fabric.nccl, where="fabric.nccl.")
         if problems:
             raise ValueError("\n".join(problems))

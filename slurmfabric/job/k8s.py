@@ -37,8 +37,23 @@ def _name(config: Any) -> str:
     return name
 
 
+# Fields with no Kubernetes form: a pod runs its container's command, with no batch shell
+# around it (setup, teardown, steps), no per-task bash (task_setup) and no submit-time
+# arguments (params, pass_args).
+_SHELL_ONLY = ("setup", "teardown", "task_setup")
+
+
+def _refuse_shell_only(config: Any) -> None:
+    for field in _SHELL_ONLY:
+        if getattr(config.program, field):
+            raise UsageError(f"program.{field} has no Kubernetes form: a pod runs its "
+                             "command with no batch shell around it",
+                             hint=f"bake it into the image, or drop program.{field}")
+
+
 def _env(config: Any) -> list[dict[str, str]]:
     program = config.program
+    _refuse_shell_only(config)
     for field in ("env_prepend", "env_append", "env_expand"):
         if getattr(program, field):
             # A pod's env has no shell: Kubernetes expands only $(VAR) of variables defined

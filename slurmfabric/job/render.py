@@ -25,7 +25,7 @@ from slurmfabric import __version__
 from slurmfabric._common.textcheck import shell_word
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import ConfigError
-from slurmfabric.job import expansion
+from slurmfabric.job import expansion, usercode
 from slurmfabric.job.options import sbatch_options, shape  # the #SBATCH lines: options.py
 
 CONFIG_MARKER = "# slurmfabric-config: "
@@ -237,6 +237,9 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "resume": config.launcher.resume,
         "checkpoint_dir": checkpoint_dir(config),
         "supervise_args": supervise_args(config),
+        **{key: Shell(value) if isinstance(value, str) else
+           [Shell(v) for v in value] if isinstance(value, list) else value
+           for key, value in usercode.context(config, q).items()},
     }
 
 
@@ -249,7 +252,9 @@ def _render(name: str, config: JobConfig, slurmfabric_bin: Optional[str] = None,
 
 def render_sbatch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None,
                   rerender: Optional[str] = None) -> str:
-    """The whole sbatch script. ``rerender`` is the command shown in the header."""
+    """The whole sbatch script. ``rerender`` is the command shown in the header. The code
+    fields are shellchecked first (job/usercode.py): an error raises ConfigError."""
+    usercode.check_code(config)
     return _render("sbatch.sh.j2", config, slurmfabric_bin, rerender)
 
 

@@ -1,0 +1,93 @@
+"""The launch side of a script beyond the launch line: the code fields, shellchecked.
+
+``program.setup`` / ``program.teardown`` (batch shell) and ``program.task_setup`` (every task)
+are shell code by the user's explicit choice: they go into the script verbatim, in marked
+sections, and are checked with ShellCheck at render time (an error refuses the config,
+naming the field and ShellCheck's code). Everything else stays data, quoted by render.q.
+
+``task_setup`` reaches every task as one argument, ``slurmfabric launch --setup CODE``, which
+runs it in bash inside the task (inside the container, after the rank environment and the
+binding are set) and then execs the program with its argv untouched: the same path for
+torchrun's workers, srun ranks, mpirun ranks and srun --mpi=pmix.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from functools import lru_cache
+from typing import Any, Callable
+
+from slurmfabric.config.launchrules import CODE_FIELDS
+from slurmfabric.errors import ConfigError
+
+SHELLCHECK_MISSING = ("shellcheck is not installed, so program.setup, program.teardown and "
+                      "program.task_setup were not checked; install it (apt-get install "
+                      "shellcheck) to check them at render time")
+
+
+def _shellcheck(text: str) -> tuple[tuple[str, int, str], ...] | None:
+    """ShellCheck's findings (level, code, message) on a bash fragment; None without it."""
+    binary = shutil.which("shellcheck")
+    return None if binary is None else _run_shellcheck(binary, text)
+
+
+@lru_cache(maxsize=64)
+def _run_shellcheck(binary: str, text: str) -> tuple[tuple[str, int, str], ...]:
+    proc = subprocess.run([binary, "--shell=bash", "--format=json1", "--severity=warning", "-"],
+                          input=text, capture_output=True, text=True, check=False)
+    try:
+        comments = json.loads(proc.stdout or "{}").get("comments", [])
+    except json.JSONDecodeError:
+        return (("error", 0, f"shellcheck failed: {proc.stderr.strip()[:200]}"),)
+    return tuple((c.get("level", "error"), int(c.get("code", 0)), c.get("message", ""))
+                 for c in comments)
+
+
+def code_sections(config: Any) -> dict[str, list[str]]:
+    """The code fields that hold lines, by their dotted name."""
+    program = config.program
+    sections = {"program.setup": program.setup, "program.teardown": program.teardown,
+                "program.task_setup": program.task_setup}
+    assert tuple(sections) == CODE_FIELDS
+    return {name: list(lines) for name, lines in sections.items() if lines}
+
+
+def check_code(config: Any) -> list[str]:
+    """ShellCheck each code field: an error refuses the config (ConfigError naming the field,
+    the line and ShellCheck's SC code); warnings are returned for the caller to show."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    for field, lines in code_sections(config).items():
+        found = _shellcheck("\n".join(lines) + "\n")
+        if found is None:
+            return [SHELLCHECK_MISSING]
+        for level, code, message in found:
+            line = f"{field}: ShellCheck SC{code} ({level}): {message}"
+            (errors if level == "error" else warnings).append(line)
+    if errors:
+        raise ConfigError([*errors, "accepted: shell lines that ShellCheck passes "
+                           "(https://www.shellcheck.net/wiki/ explains each SC code)"])
+    return warnings
+
+
+def launch_options(config: Any) -> str:
+    """What every ``slurmfabric launch`` of the main launch gets besides --mode."""
+    opts = []
+    if config.program.task_setup:
+        opts.append('--setup "$sf_task_setup"')
+    return "".join(" " + opt for opt in opts)
+
+
+def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
+    """Template values for the code sections and the launch (plain text: render wraps it)."""
+    program = config.program
+    return {
+        "setup_lines": list(program.setup),
+        "teardown_lines": list(program.teardown),
+        "task_setup_lines": list(program.task_setup),
+        "launch_opts": launch_options(config),
+        # the launch runs in a subshell when anything follows it (an 'exec' inside stays there)
+        "wrap_launch": bool(program.teardown),
+    }

@@ -1,0 +1,249 @@
+"""Issue 31, launch side: program.setup / teardown / task_setup (code by explicit choice,
+verbatim, shellchecked), [[steps]], run-time parameters and "$@", torchrun's own forms, MPI
+sized by the allocation. Scripts are rendered and run by bash among fake binaries on PATH
+(srun, mpirun, torchrun, slurmfabric), never mocks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cleanenv import clean_env
+
+from slurmfabric.config import load_config
+from slurmfabric.errors import ConfigError, UsageError
+from slurmfabric.job import k8s
+from slurmfabric.job.render import render_sbatch
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Fake launchers: record their argv (NUL-separated, one record per line of REC), then run
+# what follows their own options, the way the real ones start the ranks. The fake
+# slurmfabric answers 'env' with a fixed job env and runs the real 'launch' (this checkout).
+RECORD = 'printf "%s\\0" "$(basename "$0")" "$@" >> "$REC"; printf "\\n" >> "$REC"\n'
+FAKES = {
+    "srun": RECORD + ('export SLURM_STEP_ID=0\n'
+                      'for ((i = 1; i <= $#; i++)); do case ${!i} in bash|slurmfabric|probe|'
+                      'hostname) exec "${@:i}";; esac; done; exit 97'),
+    "mpirun": RECORD + ('export OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0 '
+                        'OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_SIZE=2\n'
+                        'for ((i = 1; i <= $#; i++)); do [ "${!i}" = slurmfabric ] && '
+                        'exec "${@:i}"; done; exit 97'),
+    "torchrun": RECORD + ('export RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 '
+                          'GROUP_RANK=0 ROLE_RANK=0 TORCHELASTIC_RUN_ID=7\n'
+                          'for ((i = 1; i <= $#; i++)); do [ "${!i}" = slurmfabric ] && '
+                          'exec "${@:i}"; done; exit 97'),
+    "slurmfabric": RECORD + ('if [ "$1" = env ]; then echo "export MASTER_ADDR=n1 '
+                             'MASTER_PORT=29500 RDZV_ID=7"; exit 0; fi\n'
+                             'exec "$FAKE_PY" -m slurmfabric "$@"'),
+    "probe": RECORD + 'echo "probe ran in $PWD with MARK=${MARK:-unset}" >> "$REC.log"; '
+                      'exit "${PROBE_EXIT:-0}"',
+    "dcgmi": RECORD,
+}
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKES.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _config(*sets: str, launcher: str = "srun"):
+    base = [f"launcher.type={launcher}", "job.nodes=2", 'program.command=["probe", "a b"]']
+    base += ["launcher.nproc_per_node=2"] if launcher == "torchrun" else ["job.ntasks_per_node=2"]
+    return load_config(sets=[*base, *sets], site_defaults="")
+
+
+def _run(script: str, fakes: Path, tmp_path: Path, args: tuple[str, ...] = (),
+         **env: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    environ = clean_env(**{
+        "PATH": f"{fakes}:/usr/bin:/bin", "REC": str(tmp_path / "rec"), "FAKE_PY": sys.executable,
+        "PYTHONPATH": str(REPO), "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0",
+        "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "4",
+        "SLURM_TASKS_PER_NODE": "2(x2)", "SLURMD_NODENAME": "n1", "HOME": str(tmp_path),
+        **env})
+    proc = subprocess.run(["bash", str(path), *args], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=120)
+    raw = (tmp_path / "rec").read_bytes() if (tmp_path / "rec").exists() else b""
+    records = [line.split(b"\x00")[:-1] for line in raw.split(b"\n") if line]
+    return proc, [[p.decode() for p in r] for r in records]
+
+
+def _section(script: str, title: str) -> list[str]:
+    lines = script.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"# --- {title}"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("# --- end of"))
+    return lines[start + 1:end]
+
+
+# --- program.setup / teardown / task_setup --------------------------------------------------
+
+SETUP = ['echo "setup on $(hostname)" > setup.out', "export MARK=from-setup",
+         'for f in *.none; do echo "$f"; done']
+
+
+def test_setup_and_teardown_are_verbatim_sections_around_the_launch() -> None:
+    script = render_sbatch(_config('program.setup=' + _toml(SETUP),
+                                   'program.teardown=["dcgmi profile --resume"]'))
+    assert _section(script, "program.setup (verbatim)") == SETUP
+    assert _section(script, "program.teardown (verbatim)") == ["dcgmi profile --resume"]
+    lines = script.splitlines()
+    order = [next(i for i, line in enumerate(lines) if line.startswith(mark)) for mark in (
+        'eval "$slurmfabric_job_env"', "# --- program.setup", "# --- launch",
+        "# --- program.teardown")]
+    assert order == sorted(order)
+
+
+def _toml(items: list[str]) -> str:
+    import json
+
+    return json.dumps(items)
+
+
+def test_setup_runs_in_the_batch_shell_and_teardown_after_success(fakes: Path,
+                                                                  tmp_path: Path) -> None:
+    config = _config("program.setup=" + _toml(SETUP),
+                     'program.teardown=["dcgmi profile --resume"]')
+    proc, records = _run(render_sbatch(config), fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "setup.out").read_text().startswith("setup on ")
+    names = [r[0] for r in records]
+    assert names.index("probe") < names.index("dcgmi")
+    # the batch shell's export reaches the task (srun passes the environment)
+    assert "MARK=from-setup" in (tmp_path / "rec.log").read_text()
+
+
+@pytest.mark.parametrize("on_failure, teardown_ran", [(True, True), (False, False)])
+def test_teardown_after_a_failed_launch_only_when_asked(fakes: Path, tmp_path: Path,
+                                                        on_failure: bool,
+                                                        teardown_ran: bool) -> None:
+    config = _config('program.teardown=["dcgmi profile --resume"]',
+                     f"program.teardown_on_failure={str(on_failure).lower()}")
+    proc, records = _run(render_sbatch(config), fakes, tmp_path, PROBE_EXIT="3")
+    assert proc.returncode == 3, proc.stderr  # the launch's exit code, either way
+    assert ("dcgmi" in [r[0] for r in records]) is teardown_ran
+
+
+def test_teardown_with_an_exec_launcher_still_runs(fakes: Path, tmp_path: Path) -> None:
+    """mpirun is exec'd without a teardown; with one, the exec stays inside a subshell."""
+    config = _config('program.teardown=["dcgmi profile --resume"]', launcher="mpirun")
+    proc, records = _run(render_sbatch(config), fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [r[0] for r in records][-1] == "dcgmi"
+
+
+@pytest.mark.parametrize("launcher", ["srun", "srun-pmix", "mpirun", "torchrun", "nccl-tests"])
+def test_task_setup_runs_in_every_task_before_the_program(fakes: Path, tmp_path: Path,
+                                                          launcher: str) -> None:
+    sets = ['program.task_setup=["export MARK=from-task-setup", "cd /"]']
+    if launcher == "nccl-tests":
+        (fakes / "all_reduce_perf").symlink_to(fakes / "probe")
+        sets = ['program.command=[]', *sets]
+    config = _config(*sets, launcher=launcher)
+    script = render_sbatch(config)
+    assert _section(script, "program.task_setup") == [
+        "sf_task_setup=$(cat <<'SLURMFABRIC_TASK_SETUP_END'", "export MARK=from-task-setup",
+        "cd /", "SLURMFABRIC_TASK_SETUP_END", ")"]
+    proc, records = _run(script, fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    probe = [r for r in records if r[0] in ("probe", "all_reduce_perf")]
+    assert probe, records
+    if launcher != "nccl-tests":
+        assert probe[0][1:] == ["a b"]  # argv untouched by the code
+    assert "in / with MARK=from-task-setup" in (tmp_path / "rec.log").read_text()
+
+
+def test_launch_setup_keeps_the_argv_as_data(tmp_path: Path) -> None:
+    """'slurmfabric launch --setup CODE -- CMD': CODE runs, CMD's words are not code."""
+    canary = tmp_path / "pwned"
+    env = clean_env(**{"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURM_PROCID": "0",
+                     "SLURM_LOCALID": "0", "SLURM_NTASKS": "1", "SLURM_NNODES": "1",
+                     "SLURM_JOB_ID": "7", "SLURM_NODEID": "0", "SLURMD_NODENAME": "n1",
+                     "SLURM_STEP_ID": "0",
+                     "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_NUM_NODES": "1",
+                     "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1",
+                     "MASTER_ADDR": "n1", "MASTER_PORT": "29500"})
+    out = subprocess.run(
+        [sys.executable, "-m", "slurmfabric", "launch", "--no-plan", "--mode", "srun",
+         "--setup", "set -- injected; X=set-by-setup", "--", "bash", "-c",
+         'printf "%s|" "$X" "$@"', "name", f"$(touch {canary})", "two words"],
+        env={**env, "X": "old"}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"set-by-setup|$(touch {canary})|two words|"
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize("field", ["setup", "teardown", "task_setup"])
+def test_a_shellcheck_error_refuses_the_config_naming_field_and_code(field: str) -> None:
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck not installed")
+    config = _config(f'program.{field}=["if [ -f x]; then echo y; fi"]')
+    with pytest.raises(ConfigError) as err:
+        render_sbatch(config)
+    text = "\n".join(err.value.problems)
+    assert f"program.{field}: ShellCheck SC1020 (error)" in text
+
+
+def test_without_shellcheck_a_warning_not_an_error(tmp_path: Path, monkeypatch) -> None:
+    from slurmfabric.job import usercode
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no shellcheck here
+    config = _config('program.setup=["if [ -f x]; then echo y; fi"]')
+    assert usercode.check_code(config) == [usercode.SHELLCHECK_MISSING]
+    assert "# --- program.setup" in render_sbatch(config)
+
+
+@pytest.mark.parametrize("line, says", [
+    ("#SBATCH --exclusive", "#SBATCH directive"),
+    ("  #sbatch --nodes=9", "#SBATCH directive"),
+    ("SLURMFABRIC_TASK_SETUP_END", "marker"),
+    ("echo a\necho b", "line break"),
+])
+def test_code_lines_that_would_change_the_script_are_refused(line: str, says: str) -> None:
+    import json
+
+    with pytest.raises(ConfigError) as err:
+        _config(f"program.task_setup={json.dumps([line])}")
+    text = "\n".join(err.value.problems)
+    assert "program.task_setup" in text and says in text
+
+
+@pytest.mark.parametrize("field", ["setup", "teardown", "task_setup"])
+def test_kubernetes_refuses_the_code_fields(field: str) -> None:
+    config = load_config(sets=["launcher.type=torchrun", "program.container_image=img:1",
+                               "job.gpus_per_node=8", 'program.command=["python", "t.py"]',
+                               f'program.{field}=["echo hi"]'], site_defaults="")
+    with pytest.raises(UsageError, match=f"program.{field} has no Kubernetes form"):
+        k8s.build(config, "pytorchjob")
+
+
+def test_teardown_is_refused_with_resume() -> None:
+    with pytest.raises(ConfigError, match="program.teardown: cannot run with launcher.resume"):
+        _config('program.teardown=["echo bye"]', 'launcher.resume.events=["timeout"]',
+                "job.time=60")
+
+
+def test_rendered_scripts_with_code_pass_shellcheck(tmp_path: Path) -> None:
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck not installed")
+    paths = []
+    for i, launcher in enumerate(["srun", "mpirun", "torchrun"]):
+        config = _config("program.setup=" + _toml(SETUP), 'program.task_setup=["umask 022"]',
+                         'program.teardown=["echo finished"]', "program.teardown_on_failure=true",
+                         launcher=launcher)
+        paths.append(tmp_path / f"{i}.sh")
+        paths[-1].write_text(render_sbatch(config))
+    proc = subprocess.run(["shellcheck", "-s", "bash", *map(str, paths)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout
+
