@@ -423,6 +423,45 @@ class ProgramSection(Section):
         return value
 
 
+class Step(Section):
+    """One extra ``srun`` step (``[[steps]]``) before or after the main launch: a probe, a
+    setup step, a rankfile generator. Its command is argv (data), not shell code."""
+
+    name: str
+    when: Literal["before", "after"] = "before"
+    command: list[str]
+    nodes: Optional[int] = Field(None, ge=1)  # default: every node of the allocation
+    ntasks_per_node: Optional[int] = Field(1, ge=1)
+    container_image: Optional[str] = None
+    srun_args: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        from slurmfabric.config.launchrules import step_name_problem
+
+        bad = step_name_problem(value)
+        if bad:
+            raise ValueError(bad)
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value or not value[0] or value[0].startswith("-"):
+            raise ValueError(
+                f"the step's command {value!r} is empty or starts with '-', which srun would "
+                "read as its own option; accepted: a program first, e.g. [\"hostname\"]")
+        return value
+
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError(f"container image {value!r} must be one non-empty word")
+        return value
+
+
 class FabricSection(Section):
     """The network; explicit NCCL settings are exported before launch and always win."""
 
@@ -559,7 +598,8 @@ def resume_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
 _FREE_TEXT = {("program", "command"), ("launcher", "srun_args"), ("launcher", "mpirun_args"),
               ("program", "env"), ("program", "env_prepend"), ("program", "env_append"),
               ("program", "env_expand"), ("program", "params"), ("program", "setup"),
-              ("program", "teardown"), ("program", "task_setup")}
+              ("program", "teardown"), ("program", "task_setup"), ("steps", "command"),
+              ("steps", "srun_args")}
 
 
 def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
@@ -640,6 +680,7 @@ class JobConfig(BaseSettings):
     program: ProgramSection = Field(default_factory=ProgramSection)
     fabric: FabricSection = Field(default_factory=FabricSection)
     kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
+    steps: list[Step] = Field(default_factory=list)  # [[steps]]: extra srun steps
 
     @classmethod
     def settings_customise_sources(
@@ -667,6 +708,8 @@ class JobConfig(BaseSettings):
 
         problems = cross_field_problems(self.job, self.launcher, self.program)
         problems += launchrules.program_problems(self.program, self.launcher)
+        problems += launchrules.steps_problems(self.steps, self.job,
+                                               self.launcher.resume.enabled)
         problems += conflicts(self.fabric.type, self.fabric.nccl, where="fabric.nccl.")
         if problems:
             raise ValueError("\n".join(problems))

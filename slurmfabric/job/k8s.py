@@ -44,6 +44,10 @@ _SHELL_ONLY = ("setup", "teardown", "task_setup")
 
 
 def _refuse_shell_only(config: Any) -> None:
+    if config.steps:
+        raise UsageError("steps has no Kubernetes form: a pod has no srun steps around its "
+                         "command", hint="run them as init containers yourself, or drop "
+                         "[[steps]]")
     for field in _SHELL_ONLY:
         if getattr(config.program, field):
             raise UsageError(f"program.{field} has no Kubernetes form: a pod runs its "

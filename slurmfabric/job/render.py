@@ -237,10 +237,17 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "resume": config.launcher.resume,
         "checkpoint_dir": checkpoint_dir(config),
         "supervise_args": supervise_args(config),
-        **{key: Shell(value) if isinstance(value, str) else
-           [Shell(v) for v in value] if isinstance(value, list) else value
-           for key, value in usercode.context(config, q).items()},
+        **{key: _shell_tree(value) for key, value in usercode.context(config, q).items()},
     }
+
+
+def _shell_tree(value: Any) -> Any:
+    """usercode.context's text (already quoted, or verbatim code) as Shell, in lists too."""
+    if isinstance(value, str):
+        return Shell(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_shell_tree(item) for item in value)
+    return value
 
 
 def _render(name: str, config: JobConfig, slurmfabric_bin: Optional[str] = None,

@@ -80,6 +80,24 @@ def launch_options(config: Any) -> str:
     return "".join(" " + opt for opt in opts)
 
 
+def step_line(step: Any, q: Callable[[Any], str]) -> str:
+    """One ``[[steps]]`` entry as an srun line. The task count is explicit: srun in a batch
+    job reads SLURM_NTASKS (the job's) from the environment otherwise (srun(1), INPUT
+    ENVIRONMENT VARIABLES)."""
+    per_node = step.ntasks_per_node or 1
+    if step.nodes is None:
+        layout = (f'--nodes="$SLURM_NNODES" --ntasks="$((SLURM_NNODES * {per_node}))" '
+                  f"--ntasks-per-node={per_node}")
+    else:
+        layout = (f"--nodes={step.nodes} --ntasks={step.nodes * per_node} "
+                  f"--ntasks-per-node={per_node}")
+    words = [f"srun --job-name={q(step.name)}", layout, "--kill-on-bad-exit=1"]
+    if step.container_image:
+        words.append(f"--container-image={q(step.container_image)}")
+    words += [q(arg) for arg in step.srun_args]
+    return " ".join(words) + " \\\n  " + " ".join(q(arg) for arg in step.command)
+
+
 def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
     """Template values for the code sections and the launch (plain text: render wraps it)."""
     program = config.program
@@ -88,6 +106,8 @@ def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
         "teardown_lines": list(program.teardown),
         "task_setup_lines": list(program.task_setup),
         "launch_opts": launch_options(config),
+        "steps_before": [(s.name, step_line(s, q)) for s in config.steps if s.when == "before"],
+        "steps_after": [(s.name, step_line(s, q)) for s in config.steps if s.when == "after"],
         # the launch runs in a subshell when anything follows it (an 'exec' inside stays there)
-        "wrap_launch": bool(program.teardown),
+        "wrap_launch": bool(program.teardown) or any(s.when == "after" for s in config.steps),
     }

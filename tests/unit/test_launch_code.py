@@ -247,3 +247,64 @@ def test_rendered_scripts_with_code_pass_shellcheck(tmp_path: Path) -> None:
                           text=True)
     assert proc.returncode == 0, proc.stdout
 
+
+
+# --- [[steps]] ------------------------------------------------------------------------------
+
+STEPS = ('steps=[{name = "probe", command = ["probe", "before; touch x"]}, '
+         '{name = "gen", when = "after", nodes = 1, ntasks_per_node = 3, '
+         'container_image = "img#tag", srun_args = ["--mpi=none"], command = ["probe", "$y"]}]')
+
+
+def test_steps_render_as_srun_lines_with_their_own_layout() -> None:
+    script = render_sbatch(_config(STEPS))
+    lines = script.splitlines()
+    before = lines.index("# --- step probe (before the launch) ---")
+    after = lines.index("# --- step gen (after the launch) ---")
+    assert before < lines.index("# --- launch (srun) ---") < after
+    assert lines[before + 1] == ('srun --job-name=probe --nodes="$SLURM_NNODES" '
+                                 '--ntasks="$((SLURM_NNODES * 1))" --ntasks-per-node=1 '
+                                 '--kill-on-bad-exit=1 \\')
+    assert lines[before + 2] == "  probe 'before; touch x'"
+    assert lines[after + 1] == ("srun --job-name=gen --nodes=1 --ntasks=3 --ntasks-per-node=3 "
+                                "--kill-on-bad-exit=1 --container-image='img#tag' --mpi=none \\")
+    assert lines[after + 2] == "  probe '$y'"
+
+
+def test_steps_run_in_order_and_after_steps_only_after_success(fakes: Path,
+                                                               tmp_path: Path) -> None:
+    config = _config(STEPS, 'program.teardown=["dcgmi x"]', "program.teardown_on_failure=true",
+                     launcher="mpirun")
+    script = render_sbatch(config)
+    proc, records = _run(script, fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    probes = [r[1:] for r in records if r[0] == "probe"]
+    assert probes == [["before; touch x"], ["a b"], ["$y"]]
+    assert records[-1][0] == "dcgmi" and not (tmp_path / "x").exists()
+    (tmp_path / "rec").unlink()
+    proc, records = _run(script, fakes, tmp_path, PROBE_EXIT="5")
+    assert proc.returncode == 5  # the before step failed: set -e stops there
+    assert [r[0] for r in records if r[0] in ("probe", "mpirun", "dcgmi")] == ["probe"]
+
+
+@pytest.mark.parametrize("sets, says", [
+    (['steps=[{name = "a", nodes = 3, command = ["x"]}]'], "steps[0].nodes: 3 is more than"),
+    (['steps=[{name = "a", command = ["x"]}, {name = "a", command = ["y"]}]'],
+     "steps[1].name: 'a' names more than one step"),
+    (['steps=[{name = "a", command = ["-x"]}]'], "starts with '-'"),
+    (['steps=[{name = "a b", command = ["x"]}]'], "step name 'a b' is not accepted"),
+    (['steps=[{name = "a", when = "after", command = ["x"]}]',
+      'launcher.resume.events=["timeout"]', "job.time=60"], "steps[0].when: 'after' cannot"),
+])
+def test_bad_steps_are_refused_naming_the_step(sets: list[str], says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _config(*sets)
+    assert says in "\n".join(err.value.problems)
+
+
+def test_kubernetes_refuses_steps() -> None:
+    config = load_config(sets=["launcher.type=torchrun", "program.container_image=img:1",
+                               "job.gpus_per_node=8", 'program.command=["python", "t.py"]',
+                               'steps=[{name = "a", command = ["x"]}]'], site_defaults="")
+    with pytest.raises(UsageError, match="steps has no Kubernetes form"):
+        k8s.build(config, "pytorchjob")
