@@ -48,6 +48,13 @@ def _refuse_shell_only(config: Any) -> None:
         raise UsageError("steps has no Kubernetes form: a pod has no srun steps around its "
                          "command", hint="run them as init containers yourself, or drop "
                          "[[steps]]")
+    program = config.program
+    if program.params or program.pass_args:
+        field = "params" if program.params else "pass_args"
+        raise UsageError(f"program.{field} has no Kubernetes form: a manifest has no "
+                         "submit-time parameters or script arguments",
+                         hint=f"write the values into program.command, or drop "
+                              f"program.{field}")
     for field in _SHELL_ONLY:
         if getattr(config.program, field):
             raise UsageError(f"program.{field} has no Kubernetes form: a pod runs its "

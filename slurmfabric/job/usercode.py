@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from slurmfabric.config.launchrules import CODE_FIELDS
 from slurmfabric.errors import ConfigError
+from slurmfabric.job import expansion
 
 SHELLCHECK_MISSING = ("shellcheck is not installed, so program.setup, program.teardown and "
                       "program.task_setup were not checked; install it (apt-get install "
@@ -98,6 +99,15 @@ def step_line(step: Any, q: Callable[[Any], str]) -> str:
     return " ".join(words) + " \\\n  " + " ".join(q(arg) for arg in step.command)
 
 
+def param_lines(params: dict[str, str], q: Callable[[Any], str]) -> list[str]:
+    """A default for each parameter the job's environment does not already set (sbatch
+    --export), exported so the program sees it too. Names were checked (launchrules)."""
+    out = []
+    for name, value in sorted(params.items()):
+        out += [f'[ -n "${{{name}+set}}" ] || {name}={q(value)}', f"export {name}"]
+    return out
+
+
 def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
     """Template values for the code sections and the launch (plain text: render wraps it)."""
     program = config.program
@@ -106,6 +116,8 @@ def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
         "teardown_lines": list(program.teardown),
         "task_setup_lines": list(program.task_setup),
         "launch_opts": launch_options(config),
+        "program_argv": expansion.program_argv(program, q),
+        "params": param_lines(program.params, q),
         "steps_before": [(s.name, step_line(s, q)) for s in config.steps if s.when == "before"],
         "steps_after": [(s.name, step_line(s, q)) for s in config.steps if s.when == "after"],
         # the launch runs in a subshell when anything follows it (an 'exec' inside stays there)

@@ -5,6 +5,7 @@ sized by the allocation. Scripts are rendered and run by bash among fake binarie
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -307,4 +308,113 @@ def test_kubernetes_refuses_steps() -> None:
                                "job.gpus_per_node=8", 'program.command=["python", "t.py"]',
                                'steps=[{name = "a", command = ["x"]}]'], site_defaults="")
     with pytest.raises(UsageError, match="steps has no Kubernetes form"):
+        k8s.build(config, "pytorchjob")
+
+
+# --- program.params, program.pass_args, submit --param / -- ARGS ------------------------------
+
+PARAMS = ['program.command=["probe", "--lr=${lr}", "${DATA}/x", "${nope}", "$(touch pwned)"]',
+          'program.params={lr = 3e-4, DATA = "/data set"}']
+
+
+def test_params_have_defaults_and_expand_only_in_their_own_name(fakes: Path,
+                                                                tmp_path: Path) -> None:
+    script = render_sbatch(_config(*PARAMS))
+    assert "probe --lr=\"${lr}\" \"${DATA}\"/x '${nope}' '$(touch pwned)'" in script
+    proc, records = _run(script, fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    probe = [r[1:] for r in records if r[0] == "probe"]
+    assert probe == [["--lr=0.0003", "/data set/x", "${nope}", "$(touch pwned)"]]
+    assert not (tmp_path / "pwned").exists()
+    (tmp_path / "rec").unlink()
+    proc, records = _run(script, fakes, tmp_path, lr="1e-3,x", DATA="")  # sbatch --export
+    probe = [r[1:] for r in records if r[0] == "probe"]
+    assert probe == [["--lr=1e-3,x", "/x", "${nope}", "$(touch pwned)"]]
+
+
+def test_pass_args_appends_the_scripts_own_arguments(fakes: Path, tmp_path: Path) -> None:
+    for launcher in ("srun", "mpirun", "torchrun"):
+        script = render_sbatch(_config("program.pass_args=true", launcher=launcher))
+        proc, records = _run(script, fakes, tmp_path, ("--epochs", "2 3", "$(touch pwned)"))
+        assert proc.returncode == 0, proc.stderr
+        assert [r[1:] for r in records if r[0] == "probe"][-1] == [
+            "a b", "--epochs", "2 3", "$(touch pwned)"], launcher
+    without = render_sbatch(_config())
+    assert '"$@"' not in without.split("# --- launch")[1]
+
+
+@pytest.mark.parametrize("name", ["PATH", "SLURM_NNODES", "1x", "a-b", "sf_bin", "RANK"])
+def test_param_names_that_would_fight_the_shell_or_slurm_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="program.params"):
+        _config(f'program.params={{"{name}" = "1"}}')
+
+
+def test_param_declared_dollar_forms_are_not_warned_about() -> None:
+    from slurmfabric.job.expansion import lookalikes
+
+    warned = "\n".join(lookalikes(_config(*PARAMS)))
+    assert "command[3]" in warned and "command[4]" in warned
+    assert "command[1]" not in warned and "command[2]" not in warned
+
+
+SBATCH = ('#!/bin/bash\nprintf "%s\\0" "$@" > "$REC.argv"; printf "%s" "${lr-unset}" > '
+          '"$REC.lr"\nfor a; do [ -f "$a" ] && cp "$a" "$REC.script"; done\n'
+          '[ -t 0 ] || cat > "$REC.stdin"\necho 42\n')
+
+
+def test_submit_carries_params_in_the_environment_and_args_after_the_script(
+        tmp_path: Path, monkeypatch) -> None:
+    from slurmfabric.job import submit
+
+    (tmp_path / "sbatch").write_text(SBATCH)
+    (tmp_path / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("REC", str(tmp_path / "rec"))
+    config = _config(*PARAMS, "program.pass_args=true")
+    request = submit.build_request(config, params={"lr": "1e-3,2"}, script_args=["a b", "-x"])
+    assert request.command() == ["sbatch", "--parsable", "--export=ALL,lr", "SCRIPT", "a b",
+                                 "-x"]
+    assert "# command: lr=1e-3,2 sbatch --parsable --export=ALL,lr SCRIPT 'a b' -x\n" in \
+        request.describe()
+    assert submit.submit(request) == "42"
+    argv = (tmp_path / "rec.argv").read_bytes().split(b"\0")[:-1]
+    assert [a.decode() for a in argv[:2]] == ["--parsable", "--export=ALL,lr"]
+    assert [a.decode() for a in argv[3:]] == ["a b", "-x"]
+    assert (tmp_path / "rec.lr").read_text() == "1e-3,2"
+    assert (tmp_path / "rec.script").read_text() == request.script
+    assert not Path(argv[2].decode()).exists()  # the temporary script is gone
+
+
+def test_submit_without_params_still_uses_stdin(tmp_path: Path, monkeypatch) -> None:
+    from slurmfabric.job import submit
+
+    request = submit.build_request(_config())
+    assert request.command() == ["sbatch", "--parsable"]
+    assert request.environment() is None
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--param", "lr=1"], "--param lr: not declared in program.params"),
+    (["--", "x"], "arguments after -- reach the program only with program.pass_args"),
+    (["--param", "oops"], "--param 'oops' is not NAME=VALUE"),
+])
+def test_submit_refuses_undeclared_params_and_unwanted_args(argv: list[str], says: str,
+                                                            tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text('[launcher]\ntype = "srun"\n[job]\nntasks_per_node = 1\n'
+                   '[program]\ncommand = ["probe"]\n')
+    proc = subprocess.run([sys.executable, "-m", "slurmfabric", "submit", "-c", str(job),
+                           "--site-defaults", "", "--dry-run", *argv],
+                          env=clean_env(PYTHONPATH=str(REPO), PATH="/usr/bin:/bin"),
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("field", ['program.params={x = "1"}', "program.pass_args=true"])
+def test_kubernetes_refuses_params_and_pass_args(field: str) -> None:
+    config = load_config(sets=["launcher.type=torchrun", "program.container_image=img:1",
+                               "job.gpus_per_node=8", 'program.command=["python", "t.py"]',
+                               field], site_defaults="")
+    with pytest.raises(UsageError, match="has no Kubernetes form"):
         k8s.build(config, "pytorchjob")
