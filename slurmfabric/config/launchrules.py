@@ -108,6 +108,8 @@ def torchrun_args_problems(args: list[str], resume_restarts: bool) -> list[str]:
     while i < len(args):
         arg = args[i]
         name, eq, _ = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if arg[:2] in ("-r", "-t") and len(arg) > 2:  # argparse's -t3 form
+            name, eq = arg[:2], "="
         if name in TORCHRUN_OWNED:
             out.append(f"launcher.torchrun_args: {name} is set by {TORCHRUN_OWNED[name]}; "
                        "accepted: drop it from launcher.torchrun_args")
@@ -128,6 +130,16 @@ def torchrun_args_problems(args: list[str], resume_restarts: bool) -> list[str]:
             i += 1
         i += 1
     return out
+
+
+def torchrun_problems(launcher: Any, program: Any) -> list[str]:
+    """launcher.torchrun_args and program.command against the launcher."""
+    if launcher.type != "torchrun":
+        return ([f"launcher.torchrun_args: only used by torchrun, not {launcher.type}; "
+                 "accepted: unset"] if launcher.torchrun_args else [])
+    restarts = "worker_fail" in launcher.resume.events
+    return [*torchrun_args_problems(launcher.torchrun_args, restarts),
+            *torchrun_command_problems(launcher, program)]
 
 
 def torchrun_command_problems(launcher: Any, program: Any) -> list[str]:

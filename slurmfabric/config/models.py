@@ -259,7 +259,10 @@ class LauncherSection(Section):
     slurmfabric: Optional[str] = None
     slurmfabric_module: Optional[str] = None  # `module load` this first (e.g. an Lmod module)
     check_nodes: bool = True  # one srun step that checks slurmfabric on every node
-    torchrun: str = "torchrun"
+    # torchrun as a command list (["python", "-m", "torch.distributed.run"]); a string is
+    # one word. torchrun_args: torchrun's own options (launchrules checks them).
+    torchrun: list[str] = Field(default_factory=lambda: ["torchrun"])
+    torchrun_args: list[str] = Field(default_factory=list)
     mpirun: str = "mpirun"
     srun_args: list[str] = Field(default_factory=list)
     mpirun_args: list[str] = Field(default_factory=list)
@@ -278,7 +281,28 @@ class LauncherSection(Section):
                              "the same file; accepted: a pattern with %t, e.g. '%x-%j-%t.out'")
         return value
 
-    @field_validator("slurmfabric", "torchrun", "mpirun", "slurmfabric_module")
+    @field_validator("torchrun", mode="before")
+    @classmethod
+    def _torchrun_words(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.split() != [value]:
+                raise ValueError(
+                    f"{value!r} would be one command word (with its spaces); accepted: a list "
+                    "of words, e.g. launcher.torchrun = [\"python\", \"-m\", "
+                    "\"torch.distributed.run\"]")
+            return [value]
+        return value
+
+    @field_validator("torchrun")
+    @classmethod
+    def _torchrun(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("torchrun is empty; accepted: [\"torchrun\"] or e.g. "
+                             "[\"python\", \"-m\", \"torch.distributed.run\"]")
+        cls._program(value[0], type("Info", (), {"field_name": "torchrun"})())
+        return value
+
+    @field_validator("slurmfabric", "mpirun", "slurmfabric_module")
     @classmethod
     def _program(cls, value: Optional[str], info: Any) -> Optional[str]:
         if value is not None and (not value or value.startswith("-") or "\n" in value
@@ -599,7 +623,7 @@ _FREE_TEXT = {("program", "command"), ("launcher", "srun_args"), ("launcher", "m
               ("program", "env"), ("program", "env_prepend"), ("program", "env_append"),
               ("program", "env_expand"), ("program", "params"), ("program", "setup"),
               ("program", "teardown"), ("program", "task_setup"), ("steps", "command"),
-              ("steps", "srun_args")}
+              ("steps", "srun_args"), ("launcher", "torchrun_args")}
 
 
 def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
@@ -708,6 +732,7 @@ class JobConfig(BaseSettings):
 
         problems = cross_field_problems(self.job, self.launcher, self.program)
         problems += launchrules.program_problems(self.program, self.launcher)
+        problems += launchrules.torchrun_problems(self.launcher, self.program)
         problems += launchrules.steps_problems(self.steps, self.job,
                                                self.launcher.resume.enabled)
         problems += conflicts(self.fabric.type, self.fabric.nccl, where="fabric.nccl.")

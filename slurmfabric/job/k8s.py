@@ -103,8 +103,9 @@ def _worker_command(config: Any, kind: str) -> list[str]:
     program = list(config.program.command)
     if not program:
         raise UsageError("program.command is empty", hint="set program.command")
-    run = ["torchrun", "--no-python", "slurmfabric", "launch", "--mode", "torchrun", "--",
-           *program]
+    launcher = config.launcher
+    run = [*launcher.torchrun, *launcher.torchrun_args, "--no-python", "slurmfabric", "launch",
+           "--mode", "torchrun", "--", *program]
     if kind == "jobset":
         return ["/bin/sh", "-c", 'eval "$(slurmfabric env --no-plan)" && exec "$@"', "sh",
                 *run]

@@ -294,7 +294,7 @@ def _prepare_sandbox(case: Case, stubs: Path, config: object) -> dict[str, str]:
     (case.dir / "bin").mkdir(exist_ok=True)
     cfg = config
     sf = cfg.launcher.slurmfabric  # type: ignore[attr-defined]
-    for path in {sf, cfg.launcher.torchrun, cfg.launcher.mpirun}:  # type: ignore[attr-defined]
+    for path in {sf, cfg.launcher.torchrun[0], cfg.launcher.mpirun}:  # type: ignore[attr-defined]
         target = Path(path)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)

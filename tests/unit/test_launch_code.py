@@ -418,3 +418,82 @@ def test_kubernetes_refuses_params_and_pass_args(field: str) -> None:
                                field], site_defaults="")
     with pytest.raises(UsageError, match="has no Kubernetes form"):
         k8s.build(config, "pytorchjob")
+
+
+# --- torchrun as people write it --------------------------------------------------------------
+
+def test_torchrun_as_a_command_list_with_its_own_options(fakes: Path, tmp_path: Path) -> None:
+    (fakes / "python").symlink_to(fakes / "torchrun")
+    config = _config('launcher.torchrun=["python", "-m", "torch.distributed.run"]',
+                     'launcher.torchrun_args=["--tee", "3", "--log-dir=/tmp/l x", "-r3", '
+                     '"--local-ranks-filter=0"]', launcher="torchrun")
+    proc, records = _run(render_sbatch(config), fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (agent,) = [r for r in records if r[0] == "python"]
+    assert agent[1:4] == ["-m", "torch.distributed.run", "--rdzv-conf=is_host=1"]
+    tail = agent[agent.index("--rdzv-id=7") + 1:]
+    assert tail[:6] == ["--tee", "3", "--log-dir=/tmp/l x", "-r3", "--local-ranks-filter=0",
+                        "--no-python"]
+    assert [r[1:] for r in records if r[0] == "probe"] == [["a b"]]
+
+
+def test_torchrun_as_one_word_still_works_and_words_with_spaces_are_refused() -> None:
+    assert _config("launcher.torchrun=/opt/t/torchrun",
+                   launcher="torchrun").launcher.torchrun == ["/opt/t/torchrun"]
+    with pytest.raises(ConfigError) as err:
+        _config("launcher.torchrun=python -m torch.distributed.run", launcher="torchrun")
+    (line,) = err.value.problems
+    assert line.startswith("launcher.torchrun: ") and \
+        'launcher.torchrun = ["python", "-m", "torch.distributed.run"]' in line
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--nnodes=4"], "--nnodes is set by job.nodes"),
+    (["--nproc_per_node", "8"], "--nproc_per_node is set by launcher.nproc_per_node"),
+    (["--rdzv-endpoint=x:1"], "--rdzv-endpoint is set by launcher.rendezvous"),
+    (["--standalone"], "--standalone is set by"),
+    (["--no-python"], "--no-python is set by slurmfabric"),
+    (["-m"], "-m is set by program.command"),
+    (["--tea", "3"], "'--tea' is not a torchrun option"),
+    (["--max-restart=3"], "'--max-restart=3' is not a torchrun option"),
+    (["--role"], "--role needs a value"),
+])
+def test_torchrun_args_are_checked_against_torchruns_options(args: list[str],
+                                                             says: str) -> None:
+    import json
+
+    with pytest.raises(ConfigError) as err:
+        _config(f"launcher.torchrun_args={json.dumps(args)}", launcher="torchrun")
+    text = "\n".join(err.value.problems)
+    assert "launcher.torchrun_args: " in text and says in text
+
+
+def test_max_restarts_belongs_to_resume_when_it_restarts_workers() -> None:
+    _config('launcher.torchrun_args=["--max-restarts=2"]', launcher="torchrun")  # accepted
+    with pytest.raises(ConfigError, match="set by launcher.resume.max_restarts"):
+        _config('launcher.torchrun_args=["--max-restarts=2"]', "job.time=60",
+                'launcher.resume.events=["worker_fail"]', launcher="torchrun")
+
+
+def test_torchrun_args_only_with_torchrun() -> None:
+    with pytest.raises(ConfigError, match="launcher.torchrun_args: only used by torchrun"):
+        _config('launcher.torchrun_args=["--tee=3"]')
+
+
+def test_a_python_script_first_under_torchrun_is_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigError) as err:
+        _config('program.command=["train.py", "--lr", "1"]', launcher="torchrun")
+    text = "\n".join(err.value.problems)
+    assert "program.command: 'train.py' is a Python script" in text
+    assert "[\"python\", 'train.py', ...]" in text
+    # other launchers exec the script itself (its shebang), as srun and mpirun would
+    _config('program.command=["train.py"]')
+
+
+def test_kubernetes_torchrun_command_uses_the_configured_words() -> None:
+    config = load_config(sets=["launcher.type=torchrun", "program.container_image=img:1",
+                               "job.gpus_per_node=8", 'program.command=["python", "t.py"]',
+                               'launcher.torchrun=["python", "-m", "torch.distributed.run"]',
+                               'launcher.torchrun_args=["--tee=3"]'], site_defaults="")
+    text = str(k8s.build(config, "pytorchjob"))
+    assert "'python', '-m', 'torch.distributed.run', '--tee=3', '--no-python'" in text
