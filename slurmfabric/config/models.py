@@ -171,7 +171,9 @@ class NcclTests(Section):
     check: int = Field(1, ge=0)
     # Slurm's MPI plugin for the ranks (srun --mpi): pmix for Open MPI 4/5 and recent MPICH,
     # pmi2 for MPICH/MVAPICH builds without PMIx.
-    mpi: Literal["pmix", "pmi2", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta"] = "pmix"
+    # "default": no --mpi option, so srun uses the cluster's MpiDefault (slurm.conf).
+    mpi: Literal["pmix", "pmi2", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta",
+                 "default"] = "pmix"
     gpus_per_rank: int = Field(1, ge=1)  # nccl-tests -g: GPUs driven by each MPI rank
 
     @field_validator("ops")
@@ -259,6 +261,9 @@ class LauncherSection(Section):
     slurmfabric: Optional[str] = None
     slurmfabric_module: Optional[str] = None  # `module load` this first (e.g. an Lmod module)
     check_nodes: bool = True  # one srun step that checks slurmfabric on every node
+    # false: ranks keep the CPU/memory affinity they start with ('launch --no-bind', srun
+    # --cpu-bind=none, mpirun --bind-to none)
+    bind: bool = True
     # torchrun as a command list (["python", "-m", "torch.distributed.run"]); a string is
     # one word. torchrun_args: torchrun's own options (launchrules checks them).
     torchrun: list[str] = Field(default_factory=lambda: ["torchrun"])
@@ -733,6 +738,7 @@ class JobConfig(BaseSettings):
         problems = cross_field_problems(self.job, self.launcher, self.program)
         problems += launchrules.program_problems(self.program, self.launcher)
         problems += launchrules.torchrun_problems(self.launcher, self.program)
+        problems += launchrules.mpirun_args_problems(self.launcher.mpirun_args)
         problems += launchrules.steps_problems(self.steps, self.job,
                                                self.launcher.resume.enabled)
         problems += conflicts(self.fabric.type, self.fabric.nccl, where="fabric.nccl.")

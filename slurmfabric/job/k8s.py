@@ -105,7 +105,7 @@ def _worker_command(config: Any, kind: str) -> list[str]:
         raise UsageError("program.command is empty", hint="set program.command")
     launcher = config.launcher
     run = [*launcher.torchrun, *launcher.torchrun_args, "--no-python", "slurmfabric", "launch",
-           "--mode", "torchrun", "--", *program]
+           "--mode", "torchrun", *([] if launcher.bind else ["--no-bind"]), "--", *program]
     if kind == "jobset":
         return ["/bin/sh", "-c", 'eval "$(slurmfabric env --no-plan)" && exec "$@"', "sh",
                 *run]

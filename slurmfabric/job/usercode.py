@@ -19,7 +19,7 @@ import subprocess
 from functools import lru_cache
 from typing import Any, Callable
 
-from slurmfabric.config.launchrules import CODE_FIELDS
+from slurmfabric.config.launchrules import CODE_FIELDS, mpirun_maps
 from slurmfabric.errors import ConfigError
 from slurmfabric.job import expansion
 
@@ -76,6 +76,8 @@ def check_code(config: Any) -> list[str]:
 def launch_options(config: Any) -> str:
     """What every ``slurmfabric launch`` of the main launch gets besides --mode."""
     opts = []
+    if not config.launcher.bind:
+        opts.append("--no-bind")
     if config.program.task_setup:
         opts.append('--setup "$sf_task_setup"')
     return "".join(" " + opt for opt in opts)
@@ -116,6 +118,8 @@ def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
         "teardown_lines": list(program.teardown),
         "task_setup_lines": list(program.task_setup),
         "launch_opts": launch_options(config),
+        "mpirun_maps": mpirun_maps(config.launcher.mpirun_args),
+        "srun_binds": any(arg.startswith("--cpu-bind") for arg in config.launcher.srun_args),
         "program_argv": expansion.program_argv(program, q),
         "params": param_lines(program.params, q),
         "steps_before": [(s.name, step_line(s, q)) for s in config.steps if s.when == "before"],

@@ -497,3 +497,69 @@ def test_kubernetes_torchrun_command_uses_the_configured_words() -> None:
                                'launcher.torchrun_args=["--tee=3"]'], site_defaults="")
     text = str(k8s.build(config, "pytorchjob"))
     assert "'python', '-m', 'torch.distributed.run', '--tee=3', '--no-python'" in text
+
+
+# --- MPI sized by the allocation, user mapping, no binding, the cluster's MPI default -----------
+
+def _mpirun_argv(records: list[list[str]]) -> list[str]:
+    (call,) = [r for r in records if r[0] == "mpirun"]
+    return call[1:call.index("slurmfabric")]
+
+
+def test_mpirun_takes_the_rank_count_from_the_allocation(fakes: Path, tmp_path: Path) -> None:
+    """Rendered for 2 nodes, submitted with sbatch -N8: one rank per task slot on 8 nodes."""
+    script = render_sbatch(_config(launcher="mpirun"))
+    assert "#SBATCH --nodes=2" in script
+    proc, records = _run(script, fakes, tmp_path, SLURM_NNODES="8", SLURM_JOB_NUM_NODES="8",
+                         SLURM_JOB_NODELIST="n[1-8]")
+    assert proc.returncode == 0, proc.stderr
+    assert _mpirun_argv(records) == ["-np", "16", "--map-by", "ppr:2:node", "--bind-to", "none"]
+
+
+@pytest.mark.parametrize("args", [["--rankfile", "rf"], ["-rf", "rf"], ["--map-by=slot"],
+                                  ["-npernode", "2"], ["--map-by", "ppr:1:numa"]])
+def test_no_forced_map_by_when_the_user_maps(fakes: Path, tmp_path: Path,
+                                             args: list[str]) -> None:
+    import json
+
+    script = render_sbatch(_config(f"launcher.mpirun_args={json.dumps(args)}",
+                                   launcher="mpirun"))
+    proc, records = _run(script, fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _mpirun_argv(records) == ["-np", "4", "--bind-to", "none", *args]
+
+
+@pytest.mark.parametrize("arg", ["-np", "-n", "--np=4"])
+def test_a_fixed_rank_count_in_mpirun_args_is_refused(arg: str) -> None:
+    with pytest.raises(ConfigError, match="launcher.mpirun_args: .* sets the rank count"):
+        _config(f'launcher.mpirun_args=["{arg}", "4"]', launcher="mpirun")
+
+
+@pytest.mark.parametrize("launcher", ["srun", "srun-pmix", "torchrun", "mpirun"])
+def test_bind_false_reaches_launch_and_srun(fakes: Path, tmp_path: Path,
+                                            launcher: str) -> None:
+    script = render_sbatch(_config("launcher.bind=false", launcher=launcher))
+    proc, records = _run(script, fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (launch,) = [r for r in records if r[0] == "slurmfabric" and "launch" in r]
+    assert "--no-bind" in launch[:launch.index("--")]
+    if launcher != "mpirun":
+        main = [r for r in records if r[0] == "srun"][-1]
+        assert "--cpu-bind=none" in main
+    bound = render_sbatch(_config(launcher=launcher))
+    assert "--no-bind" not in bound and "--cpu-bind=none" not in bound
+
+
+def test_bind_false_leaves_a_users_cpu_bind_alone() -> None:
+    script = render_sbatch(_config("launcher.bind=false",
+                                   'launcher.srun_args=["--cpu-bind=cores"]'))
+    assert "--cpu-bind=none" not in script and "--cpu-bind=cores" in script
+
+
+def test_nccl_tests_mpi_default_sends_no_mpi_option() -> None:
+    script = render_sbatch(_config('program.command=[]', "launcher.nccl_tests.mpi=default",
+                                   launcher="nccl-tests"))
+    launch = script.split("# --- launch")[1]
+    assert "srun --kill-on-bad-exit=1" in launch and "--mpi" not in launch
+    assert "srun --mpi=pmix " in render_sbatch(_config('program.command=[]',
+                                                       launcher="nccl-tests"))
