@@ -563,3 +563,45 @@ def test_nccl_tests_mpi_default_sends_no_mpi_option() -> None:
     assert "srun --kill-on-bad-exit=1" in launch and "--mpi" not in launch
     assert "srun --mpi=pmix " in render_sbatch(_config('program.command=[]',
                                                        launcher="nccl-tests"))
+
+
+def test_the_docs_block_renders_what_it_says(tmp_path: Path) -> None:
+    """docs/launch.md's setup/steps/params example, loaded as written: it renders, passes
+    ShellCheck and puts each part where the page says."""
+    import re
+
+    text = (REPO / "docs" / "launch.md").read_text()
+    block = re.search(r"```toml\n(\[launcher\]\ntype = \"torchrun\".*?)```", text, re.S)
+    job = tmp_path / "job.toml"
+    job.write_text("[job]\nnodes = 2\ngpus_per_node = 8\n" + block.group(1))
+    script = render_sbatch(load_config(str(job), site_defaults=""))
+    assert _section(script, "program.setup (verbatim)") == [
+        "set -x", 'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"']
+    assert "[ -n \"${lr+set}\" ] || lr=3e-4" in script
+    assert "  3 python -m torch.distributed.run --nnodes=" in script
+    assert ' --tee 3 --log-dir logs --no-python' in script
+    assert ('launch --mode torchrun --setup "$sf_task_setup" -- python train.py --lr "${lr}" '
+            '--epochs "${epochs}" "$@"') in script
+    assert "# --- step hosts (before the launch) ---" in script
+    assert "# --- step collect (after the launch) ---" in script
+    assert script.rstrip().endswith('exit "$sf_launch_rc"')
+    (tmp_path / "job.sh").write_text(script)
+    if shutil.which("shellcheck"):
+        lint = subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "job.sh")],
+                              capture_output=True, text=True)
+        assert lint.returncode == 0, lint.stdout
+
+
+def test_the_launch_part_alone_defines_its_task_setup(fakes: Path, tmp_path: Path) -> None:
+    """render_launch (the generator API) is self-contained: it carries the task setup it
+    passes to 'slurmfabric launch --setup'; the whole script defines it once."""
+    from slurmfabric.job.render import render_launch
+
+    config = _config('program.task_setup=["export MARK=alone"]')
+    launch = render_launch(config)
+    assert launch.startswith("# --- program.task_setup")
+    assert render_sbatch(config).count("sf_task_setup=") == 1
+    head = 'set -euo pipefail\nexport MASTER_ADDR=n1 MASTER_PORT=29500 RDZV_ID=7\n'
+    proc, _ = _run(head + launch, fakes, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "MARK=alone" in (tmp_path / "rec.log").read_text()

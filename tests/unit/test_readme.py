@@ -155,6 +155,8 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_roce.py::test_the_readme_profile_is_a_valid_health_config",
     ("docs/launch.md", "[program.env_prepend]"):
         "tests/unit/test_expansion.py::test_the_docs_block_renders_what_it_says",
+    ("docs/launch.md", "[[steps]]"):
+        "tests/unit/test_launch_code.py::test_the_docs_block_renders_what_it_says",
     ("docs/python-api.md", "slurmfabric.make_plan("):
         "tests/unit/test_readme.py::test_readme_python_api_block_runs_as_written",
 }
