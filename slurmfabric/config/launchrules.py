@@ -212,6 +212,10 @@ def program_problems(program: Any, launcher: Any) -> list[str]:
     if program.teardown and launcher.resume.enabled:
         out.append("program.teardown: cannot run with launcher.resume, whose supervisor "
                    "replaces the batch shell; accepted: no teardown, or no [launcher.resume]")
+    if program.pass_args and launcher.resume.enabled and launcher.resume.mode == "chain":
+        out.append("program.pass_args: launcher.resume.mode = 'chain' submits the successor "
+                   "script without the first job's arguments; accepted: mode = 'requeue', or "
+                   "program.params (the job's environment carries them to the successor)")
     if program.teardown_on_failure and not program.teardown:
         out.append("program.teardown_on_failure: true without program.teardown; accepted: "
                    "teardown lines, or false")

@@ -106,6 +106,12 @@ def lookalikes(config: Any) -> list[str]:
         elif _GLOB.search(arg) and index:
             out.append(f"program.command[{index}]: {arg!r} is passed as is, not expanded as a "
                        "glob (arguments are data)")
+    for number, step in enumerate(getattr(config, "steps", ())):
+        for index, arg in enumerate(step.command):
+            if "$" in arg or "`" in arg:
+                out.append(f"steps[{number}].command[{index}]: {arg!r} reaches the step as "
+                           "literal text (arguments are data); put run-time work in "
+                           "program.setup")
     for field, value in (("program.workdir", program.workdir),
                          *((f"program.container_mounts[{i}]", m)
                            for i, m in enumerate(program.container_mounts))):

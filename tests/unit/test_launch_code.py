@@ -605,3 +605,18 @@ def test_the_launch_part_alone_defines_its_task_setup(fakes: Path, tmp_path: Pat
     proc, _ = _run(head + launch, fakes, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "MARK=alone" in (tmp_path / "rec.log").read_text()
+
+
+def test_a_dollar_in_a_step_argument_is_named() -> None:
+    from slurmfabric.job.expansion import lookalikes
+
+    warned = lookalikes(_config('steps=[{name = "a", command = ["echo", "$HOSTNAME"]}]'))
+    assert any(line.startswith("steps[0].command[1]: '$HOSTNAME' reaches the step as literal")
+               for line in warned), warned
+
+
+def test_pass_args_is_refused_with_chained_resume() -> None:
+    with pytest.raises(ConfigError, match="program.pass_args: launcher.resume.mode = 'chain'"):
+        _config("program.pass_args=true", 'launcher.resume.events=["timeout"]', "job.time=60",
+                "launcher.resume.mode=chain")
+    _config("program.pass_args=true", 'launcher.resume.events=["timeout"]', "job.time=60")
