@@ -106,7 +106,9 @@ def param_lines(params: dict[str, str], q: Callable[[Any], str]) -> list[str]:
     --export), exported so the program sees it too. Names were checked (launchrules)."""
     out = []
     for name, value in sorted(params.items()):
-        out += [f'[ -n "${{{name}+set}}" ] || {name}={q(value)}', f"export {name}"]
+        # export first: exporting after the assignment reads to ShellCheck like a value
+        # whose quotes were meant as syntax (SC2089/SC2090)
+        out += [f"export {name}", f'[ -n "${{{name}+set}}" ] || {name}={q(value)}']
     return out
 
 

@@ -241,6 +241,8 @@ def test_rendered_scripts_with_code_pass_shellcheck(tmp_path: Path) -> None:
     for i, launcher in enumerate(["srun", "mpirun", "torchrun"]):
         config = _config("program.setup=" + _toml(SETUP), 'program.task_setup=["umask 022"]',
                          'program.teardown=["echo finished"]', "program.teardown_on_failure=true",
+                         'program.params={q = "a\'b\\"c", w = "x y"}', "program.pass_args=true",
+                         'steps=[{name = "s", when = "after", command = ["echo", "it\'s"]}]',
                          launcher=launcher)
         paths.append(tmp_path / f"{i}.sh")
         paths[-1].write_text(render_sbatch(config))
@@ -620,3 +622,10 @@ def test_pass_args_is_refused_with_chained_resume() -> None:
         _config("program.pass_args=true", 'launcher.resume.events=["timeout"]', "job.time=60",
                 "launcher.resume.mode=chain")
     _config("program.pass_args=true", 'launcher.resume.events=["timeout"]', "job.time=60")
+
+
+def test_params_from_the_environment_keep_their_spelling(monkeypatch) -> None:
+    """SLURMFABRIC_PROGRAM__PARAMS__DATA_DIR declares DATA_DIR, not data_dir (found by the
+    hostile suite: ${DATA_DIR} then stayed literal)."""
+    monkeypatch.setenv("SLURMFABRIC_PROGRAM__PARAMS__DATA_DIR", "/d")
+    assert _config().program.params == {"DATA_DIR": "/d"}
