@@ -271,7 +271,9 @@ def render_env_block(config: JobConfig, *, slurmfabric_bin: Optional[str] = None
 
 
 def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
-    """Only the launch command(s) for the config's launcher (one line per step)."""
+    """Only the launch command(s) for the config's launcher (one line per step), with the
+    program.task_setup it passes on (shellchecked, as in the whole script)."""
+    usercode.check_code(config)
     return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
 
 

@@ -36,12 +36,18 @@ def _shellcheck(text: str) -> tuple[tuple[str, int, str], ...] | None:
 
 @lru_cache(maxsize=64)
 def _run_shellcheck(binary: str, text: str) -> tuple[tuple[str, int, str], ...]:
-    proc = subprocess.run([binary, "--shell=bash", "--format=json1", "--severity=warning", "-"],
-                          input=text, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run([binary, "--shell=bash", "--format=json1", "--severity=warning",
+                               "-"], input=text, capture_output=True, text=True, check=False,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return (("warning", 0, f"shellcheck did not run ({type(exc).__name__}); the code "
+                 "went unchecked"),)
     try:
         comments = json.loads(proc.stdout or "{}").get("comments", [])
     except json.JSONDecodeError:
-        return (("error", 0, f"shellcheck failed: {proc.stderr.strip()[:200]}"),)
+        return (("warning", 0, f"shellcheck failed, so the code went unchecked: "
+                 f"{proc.stderr.strip()[:200]}"),)
     return tuple((c.get("level", "error"), int(c.get("code", 0)), c.get("message", ""))
                  for c in comments)
 

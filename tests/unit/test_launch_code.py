@@ -629,3 +629,12 @@ def test_params_from_the_environment_keep_their_spelling(monkeypatch) -> None:
     hostile suite: ${DATA_DIR} then stayed literal)."""
     monkeypatch.setenv("SLURMFABRIC_PROGRAM__PARAMS__DATA_DIR", "/d")
     assert _config().program.params == {"DATA_DIR": "/d"}
+
+
+def test_the_launch_part_alone_shellchecks_its_task_setup() -> None:
+    from slurmfabric.job.render import render_launch
+
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck not installed")
+    with pytest.raises(ConfigError, match="program.task_setup: ShellCheck SC1020"):
+        render_launch(_config('program.task_setup=["if [ -f x]; then echo y; fi"]'))
