@@ -46,10 +46,10 @@ def line_problem(line: str) -> str | None:
 def param_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a program.params entry, or None."""
     if not _IDENT.match(name) or not name.isascii():
-        return (f"program.params: {name!r} is not a shell variable name; accepted: letters, "
+        return (f"{name!r} is not a shell variable name; accepted: letters, "
                 "digits and '_', not starting with a digit")
     if name in _RESERVED or name.startswith(_RESERVED_PREFIXES):
-        return (f"program.params: {name!r} is set by the shell, Slurm, MPI, torch or "
+        return (f"{name!r} is set by the shell, Slurm, MPI, torch or "
                 "slurmfabric; accepted: a name of your own, e.g. 'lr' or 'DATA_DIR'")
     return None
 

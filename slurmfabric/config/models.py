@@ -46,6 +46,14 @@ def _sbatch_word(value: Optional[str], what: str) -> Optional[str]:
     return value
 
 
+def _program_problem(value: str, field: str) -> Optional[str]:
+    """Why ``value`` cannot be a helper program (launcher.slurmfabric, torchrun, mpirun)."""
+    if not value or value.startswith("-") or "\n" in value or "\x00" in value:
+        return (f"{field} {value!r} is not a command: give a path or a command name "
+                "(not empty, not starting with '-', one line)")
+    return None
+
+
 class Section(BaseModel):
     """Unknown keys are errors: a typo must not silently fall back to a default."""
 
@@ -304,18 +312,17 @@ class LauncherSection(Section):
         if not value:
             raise ValueError("torchrun is empty; accepted: [\"torchrun\"] or e.g. "
                              "[\"python\", \"-m\", \"torch.distributed.run\"]")
-        cls._program(value[0], type("Info", (), {"field_name": "torchrun"})())
+        bad = _program_problem(value[0], "torchrun")
+        if bad:
+            raise ValueError(bad)
         return value
 
     @field_validator("slurmfabric", "mpirun", "slurmfabric_module")
     @classmethod
     def _program(cls, value: Optional[str], info: Any) -> Optional[str]:
-        if value is not None and (not value or value.startswith("-") or "\n" in value
-                                  or "\x00" in value):
-            raise ValueError(
-                f"{info.field_name} {value!r} is not a command: give a path or a command name "
-                "(not empty, not starting with '-', one line)"
-            )
+        bad = None if value is None else _program_problem(value, info.field_name)
+        if bad:
+            raise ValueError(bad)
         return value
 
     @field_validator("signal")
@@ -363,7 +370,7 @@ class ProgramSection(Section):
         for line in value:
             bad = line_problem(line)
             if bad:
-                raise ValueError(f"program.{info.field_name}: {bad}")
+                raise ValueError(bad)
         return value
 
     @field_validator("params", mode="before")
