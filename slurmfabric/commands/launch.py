@@ -22,25 +22,58 @@ from slurmfabric.rank import task as taskenv
 USAGE = """\
 usage: slurmfabric launch [--mode auto|srun|torchrun|mpi] [--addr-policy POLICY]
                           [--port-range LOW-HIGH] [--fabric-type TYPE] [--check-port]
-                          [--override] [--no-plan] [--no-bind] [--print] -- CMD [ARGS...]
+                          [--override] [--no-plan] [--no-bind] [--setup CODE] [--print]
+                          -- CMD [ARGS...]
 
 Set this task's rank and NCCL environment, bind it to its CPUs, and exec CMD.
 
   --print      show the environment, binding and command instead of running it
   --no-bind    set the environment but leave CPU and memory affinity alone
+  --setup CODE bash code run in this task right before CMD (program.task_setup), under
+               set -euo pipefail; CMD and its arguments stay data
   (other options as for 'slurmfabric env')
 """
 
 _FLAGS = ("--check-port", "--override", "--no-plan", "--print", "--no-bind")
+# program.task_setup runs in bash, then bash execs the program: the code is $1 of the runner
+# and the program's argv is saved before the code runs, so the code cannot change it.
+SETUP_RUNNER = ('set -euo pipefail; sf_setup=$1; shift; sf_argv=("$@"); set --; '
+                'eval "$sf_setup"; exec -- "${sf_argv[@]}"')
+
+
+def _take_setup(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Remove ``--setup CODE`` / ``--setup=CODE`` from the options (before ``--``)."""
+    rest: list[str] = []
+    setup = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return setup, rest + argv[i:]
+        if arg == "--setup":
+            if i + 1 == len(argv):
+                raise UsageError("slurmfabric launch: --setup needs a value",
+                                 "see slurmfabric launch --help")
+            setup, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--setup="):
+            setup = arg[len("--setup="):]
+        else:
+            rest.append(arg)
+        i += 1
+    return setup, rest
 
 
 def main(argv: list[str]) -> int:
+    setup, argv = _take_setup(argv)
     opts, command = env_cmd.parse_options(argv, "slurmfabric launch", USAGE, _FLAGS, command=True)
     if not command:
         raise UsageError(
             "slurmfabric launch: no command given",
             "slurmfabric launch [options] -- python train.py",
         )
+    if setup:
+        command = ["bash", "-c", SETUP_RUNNER, "slurmfabric-task-setup", setup, *command]
     environ = dict(os.environ)
     task = env_cmd.build_task(opts, environ, bind=not opts.get("--no-bind"),
                               strict=not opts.get("--print"))

@@ -102,7 +102,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
         # the CLI reads SLURMFABRIC_* variables; a library caller opts in
         config = load_config(args.config, args.sets, args.site_defaults, environment=True)
-    for line in lookalikes(config):
+    from slurmfabric.job.usercode import check_code
+
+    for line in [*lookalikes(config), *check_code(config)]:
         print(f"slurmfabric: warning: {line}", file=sys.stderr)
     return config
 

@@ -37,10 +37,31 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds --wait waits before giving up (default 600)")
     parser.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[],
                         metavar="ARG", help="extra sbatch command-line argument (repeatable)")
+    parser.add_argument("--param", dest="params", action="append", default=[],
+                        metavar="NAME=VALUE", help="a run-time parameter declared in "
+                        "program.params (repeatable); the job's environment carries it")
+    parser.epilog = ("Arguments after '--' go to the script (its \"$@\"), which passes them "
+                     "to the program when program.pass_args = true.")
     return parser
 
 
+def _params(items: list[str]) -> dict[str, str]:
+    from slurmfabric.errors import UsageError
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise UsageError(f"--param {item!r} is not NAME=VALUE", hint="e.g. --param lr=3e-4")
+        out[name] = value
+    return out
+
+
 def main(argv: list[str]) -> int:
+    script_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
     args = build_parser().parse_args(argv)
     from slurmfabric.job import submit
 
@@ -53,6 +74,8 @@ def main(argv: list[str]) -> int:
         workdir=args.workdir,
         rerender=rerender_command(args),
         slurmfabric_bin=chosen_bin(args, config),
+        params=_params(args.params),
+        script_args=script_args,
     )
     if args.dry_run:
         sys.stdout.write(request.describe())

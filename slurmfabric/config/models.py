@@ -84,6 +84,14 @@ def distribution_problem(value: str) -> Optional[str]:
     return None
 
 
+def _program_problem(value: str, field: str) -> Optional[str]:
+    """Why ``value`` cannot be a helper program (launcher.slurmfabric, torchrun, mpirun)."""
+    if not value or value.startswith("-") or "\n" in value or "\x00" in value:
+        return (f"{field} {value!r} is not a command: give a path or a command name "
+                "(not empty, not starting with '-', one line)")
+    return None
+
+
 class Section(BaseModel):
     """Unknown keys are errors: a typo must not silently fall back to a default."""
 
@@ -271,7 +279,9 @@ class NcclTests(Section):
     check: int = Field(1, ge=0)
     # Slurm's MPI plugin for the ranks (srun --mpi): pmix for Open MPI 4/5 and recent MPICH,
     # pmi2 for MPICH/MVAPICH builds without PMIx.
-    mpi: Literal["pmix", "pmi2", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta"] = "pmix"
+    # "default": no --mpi option, so srun uses the cluster's MpiDefault (slurm.conf).
+    mpi: Literal["pmix", "pmi2", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta",
+                 "default"] = "pmix"
     gpus_per_rank: int = Field(1, ge=1)  # nccl-tests -g: GPUs driven by each MPI rank
 
     @field_validator("ops")
@@ -359,7 +369,13 @@ class LauncherSection(Section):
     slurmfabric: Optional[str] = None
     slurmfabric_module: Optional[str] = None  # `module load` this first (e.g. an Lmod module)
     check_nodes: bool = True  # one srun step that checks slurmfabric on every node
-    torchrun: str = "torchrun"
+    # false: ranks keep the CPU/memory affinity they start with ('launch --no-bind', srun
+    # --cpu-bind=none, mpirun --bind-to none)
+    bind: bool = True
+    # torchrun as a command list (["python", "-m", "torch.distributed.run"]); a string is
+    # one word. torchrun_args: torchrun's own options (launchrules checks them).
+    torchrun: list[str] = Field(default_factory=lambda: ["torchrun"])
+    torchrun_args: list[str] = Field(default_factory=list)
     mpirun: str = "mpirun"
     srun_args: list[str] = Field(default_factory=list)
     mpirun_args: list[str] = Field(default_factory=list)
@@ -378,15 +394,35 @@ class LauncherSection(Section):
                              "the same file; accepted: a pattern with %t, e.g. '%x-%j-%t.out'")
         return value
 
-    @field_validator("slurmfabric", "torchrun", "mpirun", "slurmfabric_module")
+    @field_validator("torchrun", mode="before")
+    @classmethod
+    def _torchrun_words(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.split() != [value]:
+                raise ValueError(
+                    f"{value!r} would be one command word (with its spaces); accepted: a list "
+                    "of words, e.g. launcher.torchrun = [\"python\", \"-m\", "
+                    "\"torch.distributed.run\"]")
+            return [value]
+        return value
+
+    @field_validator("torchrun")
+    @classmethod
+    def _torchrun(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("torchrun is empty; accepted: [\"torchrun\"] or e.g. "
+                             "[\"python\", \"-m\", \"torch.distributed.run\"]")
+        bad = _program_problem(value[0], "torchrun")
+        if bad:
+            raise ValueError(bad)
+        return value
+
+    @field_validator("slurmfabric", "mpirun", "slurmfabric_module")
     @classmethod
     def _program(cls, value: Optional[str], info: Any) -> Optional[str]:
-        if value is not None and (not value or value.startswith("-") or "\n" in value
-                                  or "\x00" in value):
-            raise ValueError(
-                f"{info.field_name} {value!r} is not a command: give a path or a command name "
-                "(not empty, not starting with '-', one line)"
-            )
+        bad = None if value is None else _program_problem(value, info.field_name)
+        if bad:
+            raise ValueError(bad)
         return value
 
     @field_validator("signal")
@@ -415,6 +451,46 @@ class ProgramSection(Section):
     container_image: Optional[str] = None
     container_mounts: list[str] = Field(default_factory=list)
     modules: list[str] = Field(default_factory=list)
+    # Code by the user's explicit choice (job/usercode.py): rendered verbatim into marked
+    # sections and shellchecked at render. Every other field is data.
+    setup: list[str] = Field(default_factory=list)  # batch shell, before the launch
+    teardown: list[str] = Field(default_factory=list)  # batch shell, after the launch
+    teardown_on_failure: bool = False  # also after a failed launch (exit code: the launch's)
+    task_setup: list[str] = Field(default_factory=list)  # in every task, before the exec
+    # Run-time parameters: NAME -> default; `submit --param NAME=VALUE` overrides, and
+    # ${NAME} in program.command / env_expand expands to the value.
+    params: dict[str, str] = Field(default_factory=dict)
+    pass_args: bool = False  # the script's own "$@" follows program.command
+
+    @field_validator("setup", "teardown", "task_setup")
+    @classmethod
+    def _code(cls, value: list[str], info: Any) -> list[str]:
+        from slurmfabric.config.launchrules import line_problem
+
+        for line in value:
+            bad = line_problem(line)
+            if bad:
+                raise ValueError(bad)
+        return value
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _param_values(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # TOML `lr = 3e-4` means the text "0.0003"
+            return {k: str(v).lower() if isinstance(v, bool) else
+                    str(v) if isinstance(v, (int, float)) else v for k, v in value.items()}
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, value: dict[str, str]) -> dict[str, str]:
+        from slurmfabric.config.launchrules import param_name_problem
+
+        for name in value:
+            bad = param_name_problem(name)
+            if bad:
+                raise ValueError(bad)
+        return value
 
     @field_validator("command")
     @classmethod
@@ -473,6 +549,45 @@ class ProgramSection(Section):
                 f"environment variable names {bad!r} are not accepted: use letters, digits "
                 "and '_', not starting with a digit"
             )
+        return value
+
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError(f"container image {value!r} must be one non-empty word")
+        return value
+
+
+class Step(Section):
+    """One extra ``srun`` step (``[[steps]]``) before or after the main launch: a probe, a
+    setup step, a rankfile generator. Its command is argv (data), not shell code."""
+
+    name: str
+    when: Literal["before", "after"] = "before"
+    command: list[str]
+    nodes: Optional[int] = Field(None, ge=1)  # default: every node of the allocation
+    ntasks_per_node: Optional[int] = Field(1, ge=1)
+    container_image: Optional[str] = None
+    srun_args: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        from slurmfabric.config.launchrules import step_name_problem
+
+        bad = step_name_problem(value)
+        if bad:
+            raise ValueError(bad)
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value or not value[0] or value[0].startswith("-"):
+            raise ValueError(
+                f"the step's command {value!r} is empty or starts with '-', which srun would "
+                "read as its own option; accepted: a program first, e.g. [\"hostname\"]")
         return value
 
     @field_validator("container_image")
@@ -670,7 +785,9 @@ def resume_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
 # Fields whose text is free (textcheck.py): what the program receives, byte for byte.
 _FREE_TEXT = {("program", "command"), ("launcher", "srun_args"), ("launcher", "mpirun_args"),
               ("program", "env"), ("program", "env_prepend"), ("program", "env_append"),
-              ("program", "env_expand")}
+              ("program", "env_expand"), ("program", "params"), ("program", "setup"),
+              ("program", "teardown"), ("program", "task_setup"), ("steps", "command"),
+              ("steps", "srun_args"), ("launcher", "torchrun_args")}
 
 
 def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
@@ -751,6 +868,7 @@ class JobConfig(BaseSettings):
     program: ProgramSection = Field(default_factory=ProgramSection)
     fabric: FabricSection = Field(default_factory=FabricSection)
     kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
+    steps: list[Step] = Field(default_factory=list)  # [[steps]]: extra srun steps
 
     @classmethod
     def settings_customise_sources(
@@ -798,9 +916,15 @@ class JobConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_fields(self) -> JobConfig:
+        from slurmfabric.config import launchrules
         from slurmfabric.plan.contract import conflicts
 
         problems = cross_field_problems(self.job, self.launcher, self.program)
+        problems += launchrules.program_problems(self.program, self.launcher)
+        problems += launchrules.torchrun_problems(self.launcher, self.program)
+        problems += launchrules.mpirun_args_problems(self.launcher.mpirun_args)
+        problems += launchrules.steps_problems(self.steps, self.job,
+                                               self.launcher.resume.enabled)
         problems += conflicts(self.fabric.type, self.fabric.nccl, where="fabric.nccl.")
         if problems:
             raise ValueError("\n".join(problems))

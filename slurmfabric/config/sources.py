@@ -70,7 +70,7 @@ class DictSource(PydanticBaseSettingsSource):
 
 # Dict fields whose keys are environment variable names: their case matters.
 _CASED_DICTS = (("program", "env"), ("program", "env_prepend"), ("program", "env_append"),
-                ("program", "env_expand"), ("fabric", "nccl"))
+                ("program", "env_expand"), ("program", "params"), ("fabric", "nccl"))
 
 
 class EnvSource(EnvSettingsSource):

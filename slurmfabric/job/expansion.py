@@ -48,15 +48,34 @@ def expand_export(name: str, value: str, q: Any) -> str:
     """``export NAME=...`` where each ``${VAR}`` of ``value`` expands at run time and every
     other character is quoted data (``$(...)``, backticks, ``$VAR`` without braces, globs)."""
     n = _name(name, "program.env_expand")
+    return f"export {n}={expand_word(value, q)}"
+
+
+def expand_word(value: str, q: Any, names: Any = None) -> str:
+    """One shell word in which ``${VAR}`` expands at run time (only VARs in ``names``, when
+    given) and everything else is quoted data."""
     words, last = [], 0
     for match in _TOKEN.finditer(value):
+        if names is not None and match.group(1) not in names:
+            continue
         if match.start() > last:
             words.append(q(value[last:match.start()]))
         words.append(f'"${{{match.group(1)}}}"')
         last = match.end()
     if last < len(value) or not words:
         words.append(q(value[last:]))
-    return f"export {n}={''.join(words)}"
+    return "".join(words)
+
+
+def program_argv(program: Any, q: Any) -> str:
+    """program.command as the launch line's words: ``${NAME}`` of a program.params entry
+    expands at run time, nothing else does; with program.pass_args the script's own
+    arguments follow (``"$@"``)."""
+    words = [q(program.command[0])] if program.command else []
+    words += [expand_word(arg, q, program.params) for arg in program.command[1:]]
+    if program.pass_args:
+        words.append('"$@"')
+    return " ".join(words)
 
 
 def lookalikes(config: Any) -> list[str]:
@@ -78,6 +97,8 @@ def lookalikes(config: Any) -> list[str]:
                        f"variables set program.env_expand.{name} with ${{NAME}} forms, e.g. "
                        f"{_braced(value)!r}")
     for index, arg in enumerate(program.command):
+        if index:  # ${NAME} of a declared parameter expands (program_argv)
+            arg = _TOKEN.sub(lambda m: "" if m.group(1) in program.params else m.group(0), arg)
         if "$" in arg or "`" in arg:
             out.append(f"program.command[{index}]: {arg!r} reaches the program as literal text "
                        "(arguments are data); put run-time values in program.env_expand and "
@@ -85,6 +106,12 @@ def lookalikes(config: Any) -> list[str]:
         elif _GLOB.search(arg) and index:
             out.append(f"program.command[{index}]: {arg!r} is passed as is, not expanded as a "
                        "glob (arguments are data)")
+    for number, step in enumerate(getattr(config, "steps", ())):
+        for index, arg in enumerate(step.command):
+            if "$" in arg or "`" in arg:
+                out.append(f"steps[{number}].command[{index}]: {arg!r} reaches the step as "
+                           "literal text (arguments are data); put run-time work in "
+                           "program.setup")
     for field, value in (("program.workdir", program.workdir),
                          *((f"program.container_mounts[{i}]", m)
                            for i, m in enumerate(program.container_mounts))):

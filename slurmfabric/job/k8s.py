@@ -37,8 +37,34 @@ def _name(config: Any) -> str:
     return name
 
 
+# Fields with no Kubernetes form: a pod runs its container's command, with no batch shell
+# around it (setup, teardown, steps), no per-task bash (task_setup) and no submit-time
+# arguments (params, pass_args).
+_SHELL_ONLY = ("setup", "teardown", "task_setup")
+
+
+def _refuse_shell_only(config: Any) -> None:
+    if config.steps:
+        raise UsageError("steps has no Kubernetes form: a pod has no srun steps around its "
+                         "command", hint="run them as init containers yourself, or drop "
+                         "[[steps]]")
+    program = config.program
+    if program.params or program.pass_args:
+        field = "params" if program.params else "pass_args"
+        raise UsageError(f"program.{field} has no Kubernetes form: a manifest has no "
+                         "submit-time parameters or script arguments",
+                         hint=f"write the values into program.command, or drop "
+                              f"program.{field}")
+    for field in _SHELL_ONLY:
+        if getattr(config.program, field):
+            raise UsageError(f"program.{field} has no Kubernetes form: a pod runs its "
+                             "command with no batch shell around it",
+                             hint=f"bake it into the image, or drop program.{field}")
+
+
 def _env(config: Any) -> list[dict[str, str]]:
     program = config.program
+    _refuse_shell_only(config)
     for field in ("env_prepend", "env_append", "env_expand"):
         if getattr(program, field):
             # A pod's env has no shell: Kubernetes expands only $(VAR) of variables defined
@@ -77,8 +103,9 @@ def _worker_command(config: Any, kind: str) -> list[str]:
     program = list(config.program.command)
     if not program:
         raise UsageError("program.command is empty", hint="set program.command")
-    run = ["torchrun", "--no-python", "slurmfabric", "launch", "--mode", "torchrun", "--",
-           *program]
+    launcher = config.launcher
+    run = [*launcher.torchrun, *launcher.torchrun_args, "--no-python", "slurmfabric", "launch",
+           "--mode", "torchrun", *([] if launcher.bind else ["--no-bind"]), "--", *program]
     if kind == "jobset":
         return ["/bin/sh", "-c", 'eval "$(slurmfabric env --no-plan)" && exec "$@"', "sh",
                 *run]

@@ -25,7 +25,7 @@ from slurmfabric import __version__
 from slurmfabric._common.textcheck import shell_word
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import ConfigError
-from slurmfabric.job import expansion
+from slurmfabric.job import expansion, usercode
 from slurmfabric.job.options import sbatch_options, shape  # the #SBATCH lines: options.py
 
 CONFIG_MARKER = "# slurmfabric-config: "
@@ -241,7 +241,17 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "resume": config.launcher.resume,
         "checkpoint_dir": checkpoint_dir(config),
         "supervise_args": supervise_args(config),
+        **{key: _shell_tree(value) for key, value in usercode.context(config, q).items()},
     }
+
+
+def _shell_tree(value: Any) -> Any:
+    """usercode.context's text (already quoted, or verbatim code) as Shell, in lists too."""
+    if isinstance(value, str):
+        return Shell(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_shell_tree(item) for item in value)
+    return value
 
 
 def _render(name: str, config: JobConfig, slurmfabric_bin: Optional[str] = None,
@@ -253,7 +263,9 @@ def _render(name: str, config: JobConfig, slurmfabric_bin: Optional[str] = None,
 
 def render_sbatch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None,
                   rerender: Optional[str] = None) -> str:
-    """The whole sbatch script. ``rerender`` is the command shown in the header."""
+    """The whole sbatch script. ``rerender`` is the command shown in the header. The code
+    fields are shellchecked first (job/usercode.py): an error raises ConfigError."""
+    usercode.check_code(config)
     return _render("sbatch.sh.j2", config, slurmfabric_bin, rerender)
 
 
@@ -273,7 +285,9 @@ def render_env_block(config: JobConfig, *, slurmfabric_bin: Optional[str] = None
 def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -> str:
     """Only the launch command(s) for the config's launcher (one line per step). Each step
     names its own node and task counts, so it starts the config's ranks under any
-    ``#SBATCH`` header that allocates enough (it needs the env block before it)."""
+    ``#SBATCH`` header that allocates enough (it needs the env block before it); with the
+    program.task_setup it passes on (shellchecked, as in the whole script)."""
+    usercode.check_code(config)
     return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
 
 

@@ -34,14 +34,30 @@ class SubmitRequest:
     workdir: Optional[str] = None
     test_only: bool = False
     pyslurm_fields: dict[str, Any] = field(default_factory=dict)
+    # program.params values (submit --param) and the script's own arguments (submit -- ARGS)
+    params: dict[str, str] = field(default_factory=dict)
+    script_args: tuple[str, ...] = ()
+
+    def all_sbatch_args(self) -> list[str]:
+        """--export names the parameters: sbatch takes their values from its own environment
+        (sbatch(1) --export: a name alone propagates its current value), so a value may hold
+        ',' which --export=NAME=VALUE would split."""
+        export = [f"--export=ALL,{','.join(sorted(self.params))}"] if self.params else []
+        return [*export, *self.sbatch_args]
 
     def command(self) -> list[str]:
-        """The exact command line (the script goes to its stdin)."""
+        """The exact command line (the script goes to its stdin, or is the file SCRIPT when
+        it has arguments)."""
+        tail = ["SCRIPT", *self.script_args] if self.script_args else []
         if self.test_only:
-            return slurmcmd.sbatch_test_only_command(list(self.sbatch_args))
+            return [*slurmcmd.sbatch_test_only_command(self.all_sbatch_args()), *tail]
         if self.backend == "pyslurm":
             return ["pyslurm.JobSubmitDescription(**fields, script=SCRIPT).submit()"]
-        return slurmcmd.sbatch_command(list(self.sbatch_args))
+        return [*slurmcmd.sbatch_command(self.all_sbatch_args()), *tail]
+
+    def environment(self) -> Optional[dict[str, str]]:
+        """sbatch's environment: this one plus the parameters (None: unchanged)."""
+        return {**os.environ, **self.params} if self.params else None
 
     def describe(self) -> str:
         """What ``--dry-run`` prints: the command, the backend's fields, then the script."""
@@ -52,7 +68,10 @@ class SubmitRequest:
             lines.append(f"# fields: {self.pyslurm_fields!r}")
             lines.append(f"# command: {self.command()[0]}")
         else:
-            lines.append(f"# command: {shlex.join(self.command())} < SCRIPT")
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.params.items()))
+            stdin = "" if self.script_args else " < SCRIPT"
+            lines.append(f"# command: {env + ' ' if env else ''}{shlex.join(self.command())}"
+                         f"{stdin}")
         lines.append("# SCRIPT:")
         return "\n".join(lines) + "\n" + self.script
 
@@ -120,11 +139,15 @@ def build_request(
     workdir: Optional[str] = None,
     rerender: Optional[str] = None,
     slurmfabric_bin: Optional[str] = None,
+    params: Optional[dict[str, str]] = None,
+    script_args: Sequence[str] = (),
 ) -> SubmitRequest:
     """Render and describe the submission; submits nothing."""
     resolved = "sbatch" if test_only else resolve_backend(backend)
-    if resolved == "pyslurm" and sbatch_args:
-        raise UsageError("--sbatch-arg needs the sbatch backend", hint="use --backend sbatch")
+    if resolved == "pyslurm" and (sbatch_args or params or script_args):
+        what = "--sbatch-arg" if sbatch_args else "--param" if params else "arguments after --"
+        raise UsageError(f"{what} needs the sbatch backend", hint="use --backend sbatch")
+    run_time_problems(config, params or {}, script_args)
     return SubmitRequest(
         script=render_sbatch(config, slurmfabric_bin=slurmfabric_bin, rerender=rerender),
         backend=resolved,
@@ -132,19 +155,42 @@ def build_request(
         workdir=workdir,
         test_only=test_only,
         pyslurm_fields=pyslurm_fields(config, workdir) if resolved == "pyslurm" else {},
+        params=dict(params or {}),
+        script_args=tuple(script_args),
     )
+
+
+def run_time_problems(config: JobConfig, params: dict[str, str],
+                      script_args: Sequence[str]) -> None:
+    """--param names must be declared in program.params; arguments need program.pass_args."""
+    declared = config.program.params
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        known = f"; declared: {', '.join(sorted(declared))}" if declared else ""
+        raise UsageError(f"--param {unknown[0]}: not declared in program.params",
+                         hint="declare it with its default, e.g. [program.params] "
+                              f"{unknown[0]} = \"...\"{known}")
+    bad = [v for v in params.values() if "\x00" in v]
+    if bad:
+        raise UsageError("--param: a value holds a NUL byte, which no environment variable "
+                         "can carry")
+    if script_args and not config.program.pass_args:
+        raise UsageError("arguments after -- reach the program only with program.pass_args",
+                         hint="set program.pass_args = true, or drop the arguments")
 
 
 def submit(request: SubmitRequest) -> str:
     """Submit (or validate with ``--test-only``); returns the job id as sbatch printed it
     (``123``, or ``123;cluster`` on a multi-cluster setup) or Slurm's verdict."""
+    args, env = request.all_sbatch_args(), request.environment()
+    script_args = list(request.script_args)
     if request.test_only:
-        return slurmcmd.sbatch_test_only(request.script, list(request.sbatch_args),
-                                         workdir=request.workdir).strip()
+        return slurmcmd.sbatch_test_only(request.script, args, workdir=request.workdir,
+                                         env=env, script_args=script_args).strip()
     if request.backend == "pyslurm":
         return str(_submit_pyslurm(request))
-    return str(slurmcmd.sbatch(request.script, list(request.sbatch_args),
-                               workdir=request.workdir))
+    return str(slurmcmd.sbatch(request.script, args, workdir=request.workdir, env=env,
+                               script_args=script_args))
 
 
 def _submit_pyslurm(request: SubmitRequest) -> int:

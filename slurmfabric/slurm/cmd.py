@@ -10,10 +10,12 @@ path drains nodes through ``update_node``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from slurmfabric.errors import SlurmCommandError, SubmitError
@@ -108,17 +110,31 @@ def sbatch(
     workdir: str | os.PathLike[str] | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 60,
+    script_args: list[str] | None = None,
 ) -> JobId:
-    """Submit a script text through ``sbatch --parsable`` (script on stdin) and parse the id."""
-    out = run(
-        sbatch_command(args),
-        timeout=timeout,
-        input=script_text,
-        env=env,
-        cwd=workdir,
-        error=SubmitError,
-    )
+    """Submit a script text through ``sbatch --parsable`` (script on stdin) and parse the id.
+    With ``script_args`` (the script's own "$@") the script goes as a file instead: sbatch
+    takes arguments only after a script path (sbatch(1): ``sbatch [OPTIONS...] script
+    [args...]``); Slurm keeps its own copy, so the temporary file goes when sbatch is done."""
+    if script_args:
+        with _script_file(script_text) as path:
+            out = run([*sbatch_command(args), path, *script_args], timeout=timeout, env=env,
+                      cwd=workdir, error=SubmitError)
+    else:
+        out = run(sbatch_command(args), timeout=timeout, input=script_text, env=env,
+                  cwd=workdir, error=SubmitError)
     return parse_parsable_jobid(out)
+
+
+@contextlib.contextmanager
+def _script_file(text: str) -> Iterator[str]:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", prefix="slurmfabric-", suffix=".sh",
+                                     encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        yield handle.name
 
 
 def sbatch_test_only_command(args: list[str] | None = None) -> list[str]:
@@ -132,11 +148,17 @@ def sbatch_test_only(
     workdir: str | os.PathLike[str] | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 60,
+    script_args: list[str] | None = None,
 ) -> str:
     """Slurm's verdict on a script (``sbatch: Job N to start at ...``), which sbatch prints
     on stderr even on success; a refusal raises SubmitError quoting sbatch verbatim."""
-    proc = _execute(sbatch_test_only_command(args), timeout, script_text, env, workdir,
-                    SubmitError)
+    if script_args:
+        with _script_file(script_text) as path:
+            proc = _execute([*sbatch_test_only_command(args), path, *script_args], timeout,
+                            None, env, workdir, SubmitError)
+    else:
+        proc = _execute(sbatch_test_only_command(args), timeout, script_text, env, workdir,
+                        SubmitError)
     return (proc.stderr + proc.stdout).strip()
 
 

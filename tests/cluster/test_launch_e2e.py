@@ -198,8 +198,13 @@ int main(int argc, char **argv) {
 @pytest.fixture(scope="module")
 def mpi_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The MPI all-reduce probe, also installed as bin/all_reduce_perf for nccl-tests."""
+    return build_mpi_probe(tmp_path_factory.mktemp("mpi"))
+
+
+def build_mpi_probe(base: Path) -> Path:
+    """Compile the probe into ``base`` (also as bin/all_reduce_perf); shared with the other
+    cluster test files."""
     assert shutil.which("mpicc"), "mpicc missing: apt-get install libopenmpi-dev openmpi-bin"
-    base = tmp_path_factory.mktemp("mpi")
     source = base / "allreduce.c"
     source.write_text(MPI_PROGRAM)
     binary = base / "allreduce"

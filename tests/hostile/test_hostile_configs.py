@@ -52,7 +52,7 @@ HOSTILE = [
 # Classes that must be refused wherever they appear (NUL, undecodable) or in strict fields.
 ALWAYS_REFUSED = ("\x00", "\udcff")
 CONTROL = ("\n", "\r", "\t", "\x1b", "\u2028", "\u0085", "\u202e", "\u200b")
-FREE_KINDS = {"arg", "env_value", "srun_arg", "mpirun_arg"}
+FREE_KINDS = {"arg", "env_value", "srun_arg", "mpirun_arg", "torchrun_arg", "code"}
 
 # dotted field -> (kind, launcher it needs or None)
 FIELDS: dict[str, tuple[str, str | None]] = {
@@ -84,7 +84,23 @@ FIELDS: dict[str, tuple[str, str | None]] = {
     "program.container_mounts[]": ("mount", "srun"),
     "program.modules[]": ("module", None),
     "fabric.nccl.NCCL_DEBUG": ("nccl_value", None),
+    # issue 31's data fields: a step's argv, srun options, image and name; a parameter's
+    # default (exported, and ${HX_P} in program.command) and name; torchrun's own words/options
+    "steps[].command[]": ("arg", None),
+    "steps[].srun_args[]": ("srun_arg", None),
+    "steps[].container_image": ("image", None),
+    "steps[].name": ("step_name", None),
+    "program.params.HX_P": ("env_value", None),
+    "program.params.<name>": ("param_name", None),
+    "launcher.torchrun[]": ("torchrun_word", "torchrun"),
+    "launcher.torchrun_args[]": ("torchrun_arg", "torchrun"),
+    # the code fields (shell code by the user's explicit choice): refused with a clear error
+    # or rendered verbatim; never run here, since running code is what they are for
+    "program.setup[]": ("code", None),
+    "program.teardown[]": ("code", None),
+    "program.task_setup[]": ("code", None),
 }
+CODE_KIND = "code"
 LAUNCHERS = ("torchrun", "srun", "mpirun", "srun-pmix", "nccl-tests")
 SOURCES = ("toml", "set", "env")
 
@@ -93,7 +109,8 @@ STUBS = {
     # srun / mpirun / torchrun: record, then run what follows their options (the agent's bash,
     # or slurmfabric: its path is STUB_SF), like the real launchers would.
     "srun": ('for ((i = 1; i <= $#; i++)); do a=${!i}; if [ "$a" = bash ] || '
-             '[ "$a" = "$STUB_SF" ]; then exec "${@:i}"; fi; done; exit 97'),
+             '[ "$a" = "$STUB_SF" ] || [ "${a##*/}" = probe ]; then exec "${@:i}"; fi; done; '
+             'exit 97'),
     "mpirun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ]; then '
                'exec "${@:i}"; fi; done; exit 97'),
     "torchrun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ]; then '
@@ -136,6 +153,11 @@ def _toml_value(value: object) -> str:
 def _toml(data: dict) -> str:
     lines = []
     for section, table in data.items():
+        if isinstance(table, list):  # [[steps]]
+            for item in table:
+                lines.append(f"[[{section}]]")
+                lines += [f"{_toml_string(k)} = {_toml_value(v)}" for k, v in item.items()]
+            continue
         lines.append(f"[{section}]")
         lines += [f"{_toml_string(k)} = {_toml_value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
@@ -182,8 +204,13 @@ class Case:
             return True
         if self.kind == "mount" and "," in value:
             return True
-        if self.kind == "env_name":
+        if self.kind in ("env_name", "param_name"):
             return not (value.isidentifier() and value.isascii())
+        if self.kind == "step_name":
+            return not value or not (value[0].isalnum() and value.isascii())
+        if self.kind == "code":
+            return "\n" in value or "\r" in value or \
+                value.lstrip().upper().startswith("#SBATCH")
         return False
 
     def exe_path(self) -> str:
@@ -211,6 +238,20 @@ class Case:
             return data, "program.command", [str(stubs / "probe"), value, "fixed-arg"]
         if self.field == "program.env.<name>":
             return data, f"program.env.{self.value}", "v"
+        if self.field == "program.params.<name>":
+            return data, f"program.params.{self.value}", "v"
+        if self.field == "program.params.HX_P" and launcher != "nccl-tests":
+            data["program"]["command"] = [str(stubs / "probe"), "p=${HX_P}", "fixed-arg"]
+        if key.startswith("steps[]."):
+            step = {"name": "hx", "command": [str(stubs / "probe"), "step-arg"]}
+            name = key.split(".")[1]
+            if name == "command[]":
+                step["command"] = [str(stubs / "probe"), value]
+            else:
+                step[name.removesuffix("[]")] = [value] if name.endswith("[]") else value
+            return data, "steps", [step]
+        if self.field == "launcher.torchrun[]":
+            return data, "launcher.torchrun", [str(stubs / "torchrun"), value]
         if key.endswith("[]"):
             return data, key[:-2], [value]
         return data, key, value
@@ -251,7 +292,7 @@ def _load(case: Case, stubs: Path) -> object | None:
     """Load and render in-process; record the outcome on the case."""
     if case.source == "env" and "\x00" in case.value:
         raise _NotApplicable
-    if case.kind == "env_name" and case.source in ("env", "set") and (
+    if case.kind in ("env_name", "param_name") and case.source in ("env", "set") and (
             "=" in case.value or "." in case.value or not case.value.strip(" ")):
         raise _NotApplicable  # the source's own syntax: such a name never reaches the config
     if case.source == "toml" and "\udcff" in case.value:
@@ -297,7 +338,7 @@ def _prepare_sandbox(case: Case, stubs: Path, config: object) -> dict[str, str]:
     (case.dir / "bin").mkdir(exist_ok=True)
     cfg = config
     sf = cfg.launcher.slurmfabric  # type: ignore[attr-defined]
-    for path in {sf, cfg.launcher.torchrun, cfg.launcher.mpirun}:  # type: ignore[attr-defined]
+    for path in {sf, cfg.launcher.torchrun[0], cfg.launcher.mpirun}:  # type: ignore[attr-defined]
         target = Path(path)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -352,8 +393,24 @@ def _run(case: Case, stubs: Path, config: object) -> list[str]:
         cwd = (case.dir / "rec.cwd").read_bytes().decode("utf-8", "surrogateescape").rstrip("\n")
         if cwd != str(case.dir / value):
             wrong.append(f"cwd {cwd!r} != {str(case.dir / value)!r}")
+    if case.field == "steps[].command[]" and [value[0]["command"][1]] not in [
+            p[1:] for p in probes]:
+        wrong.append(f"no step probe got argv {[value[0]['command'][1]]!r}: {probes!r}")
+    if case.field == "program.params.HX_P" and case.launcher != "nccl-tests" and any(
+            p[1:] != ["p=" + value, "fixed-arg"] for p in probes):
+        wrong.append(f"argv {probes[0][1:]!r} != {['p=' + value, 'fixed-arg']!r}")
+    if case.field == "launcher.torchrun[]" and not any(
+            r[0] == "STUB:torchrun" and r[1:2] == [value[1]] for r in records):
+        wrong.append(f"torchrun's second word {value[1]!r} did not arrive as its first argument")
+    step_sruns = [r for r in records if r[0] == "STUB:srun" and "--job-name=hx" in r]
+    if case.field == "steps[].srun_args[]" and not any(value[0]["srun_args"][0] in r[1:]
+                                                       for r in step_sruns):
+        wrong.append(f"the step's srun lacks {value[0]['srun_args'][0]!r} as one argument")
+    if case.field == "steps[].container_image" and not any(
+            f"--container-image={value[0]['container_image']}" in r for r in step_sruns):
+        wrong.append("the step's srun never got --container-image=<value> as one argument")
     if case.field in ("program.env.HX_VALUE", "fabric.nccl.NCCL_DEBUG",
-                      "program.env_prepend.HX_PATH"):
+                      "program.env_prepend.HX_PATH", "program.params.HX_P"):
         name = case.field.rsplit(".", 1)[1]
         pairs = (case.dir / "rec.env").read_bytes().split(b"\x00")
         got = [p.split(b"=", 1)[1].decode("utf-8", "surrogateescape") for p in pairs
@@ -402,8 +459,8 @@ def test_thousands_of_hostile_configs(stubs: Path, tmp_path: Path, hostile_repor
     cases = [Case(i, field, value, source, tmp_path)
              for i, (field, value, source) in enumerate(
                  (f, v, s) for f in FIELDS for v in HOSTILE for s in SOURCES)]
-    counts = dict(tried=0, not_applicable=0, rejected=0, rendered=0, injections=0,
-                  tracebacks=0, wrong_argv=0, wrong_accept=0, unclear_errors=0)
+    counts = dict(tried=0, not_applicable=0, rejected=0, rendered=0, code_rendered=0,
+                  injections=0, tracebacks=0, wrong_argv=0, wrong_accept=0, unclear_errors=0)
     failures: list[str] = []
     rendered: list[tuple[Case, object]] = []
     for case in cases:
@@ -431,6 +488,9 @@ def test_thousands_of_hostile_configs(stubs: Path, tmp_path: Path, hostile_repor
         if case.must_refuse():
             counts["wrong_accept"] += 1
             failures.append(f"accepted {case.field} via {case.source} = {case.raw!r}")
+        if case.kind == CODE_KIND:  # code runs by choice: its script is not a data check
+            counts["code_rendered"] += 1
+            continue
         rendered.append((case, config))
     counts["rendered"] = len(rendered)
     scripts = [str(c.script) for c, _ in rendered]
@@ -546,3 +606,49 @@ def _records_in(directory: Path) -> list[list[str]]:
     raw = (directory / "rec").read_bytes() if (directory / "rec").exists() else b""
     return [[p.decode("utf-8", "surrogateescape") for p in chunk.split(b"\x00")[:-1]]
             for chunk in raw.split(b"\x01\x00") if chunk]
+
+
+def test_the_code_fields_are_exactly_the_declared_ones() -> None:
+    """Shell code by explicit choice lives in the declared code fields only: the suite's
+    code kind is exactly launchrules.CODE_FIELDS, and every text field issue 31 added to the
+    launch side is in the suite as data or code."""
+    from slurmfabric.config.launchrules import CODE_FIELDS
+
+    code = {field.removesuffix("[]") for field, (kind, _) in FIELDS.items() if kind == CODE_KIND}
+    assert code == set(CODE_FIELDS)
+    covered = {field.split("[")[0].replace(".<name>", "").removesuffix(".HX_P")
+               for field in FIELDS}
+    for name in ("program.setup", "program.teardown", "program.task_setup", "program.params",
+                 "steps", "launcher.torchrun", "launcher.torchrun_args"):
+        assert name in covered, name
+
+
+def test_script_arguments_and_parameter_values_stay_data(stubs: Path, tmp_path: Path,
+                                                         hostile_report) -> None:
+    """What a submitter passes at run time, ``submit -- ARGS`` ("$@") and ``--param
+    NAME=VALUE`` (the job's environment), reaches the program as one exact argument."""
+    data = base_config("srun", stubs)
+    data["program"].update(command=[str(stubs / "probe"), "p=${HX_P}"], pass_args=True,
+                           params={"HX_P": "default"})
+    (tmp_path / "job.toml").write_text(_toml(data), encoding="utf-8")
+    config = load_config(tmp_path / "job.toml", [], site_defaults="")
+    failures, ran = [], 0
+    for index, raw in enumerate(HOSTILE):
+        if any(ch in raw for ch in ALWAYS_REFUSED):
+            continue  # no argv or environment entry can carry these
+        case = Case(index, "program.command[]", raw, "toml", tmp_path)
+        case.dir.mkdir(parents=True)
+        case.script = case.dir / "job.sh"
+        case.script.write_text(render_sbatch(config), encoding="utf-8")
+        env = {**_prepare_sandbox(case, stubs, config), "HX_P": case.value}
+        proc = subprocess.run(["bash", str(case.script), case.value, "fixed-arg"],
+                              cwd=case.dir, env=env, capture_output=True, timeout=120)
+        ran += 1
+        probes = [r[1:] for r in _records(case) if r[0] == "STUB:probe"]
+        if case.canary.exists():
+            failures.append(f"{raw!r}: INJECTION")
+        elif proc.returncode or probes != [["p=" + case.value, case.value, "fixed-arg"]]:
+            failures.append(f"{raw!r}: exit {proc.returncode}, argv {probes!r}")
+    hostile_report(f"script arguments and parameter values: {ran} run, {len(failures)} "
+                   "problems")
+    assert not failures, "\n".join(failures[:30])

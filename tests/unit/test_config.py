@@ -157,7 +157,7 @@ def test_unknown_launcher_lists_the_accepted_ones() -> None:
 def test_unknown_section_lists_sections() -> None:
     (line,) = problems(sets=[*BASE, "jobs.nodes=2"])
     assert line == ("jobs: unknown field; accepted fields here: job, launcher, program, "
-                    "fabric, kubernetes")
+                    "fabric, kubernetes, steps")
 
 
 def test_torchrun_rules() -> None:

@@ -118,7 +118,7 @@ def test_the_env_block_stops_the_host_when_slurmfabric_is_missing(tmp_path) -> N
     ({"type": "srun-pmix"}, '--nodes="$SLURM_NNODES" --ntasks-per-node=8 '),
     ({"type": "nccl-tests"}, '--nodes="$SLURM_NNODES" --ntasks-per-node=8 '),
     ({"type": "torchrun"}, '--nodes="$SLURM_NNODES" --ntasks-per-node=1 '),
-    ({"type": "mpirun"}, "-np 16 --map-by ppr:8:node"),
+    ({"type": "mpirun"}, '-np "$((SLURM_NNODES * 8))" --map-by ppr:8:node'),
 ])
 def test_every_launcher_names_its_own_counts(launcher, counts) -> None:
     data = {"job": {"nodes": 2, "gpus_per_node": 8}, "launcher": launcher,

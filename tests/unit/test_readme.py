@@ -157,6 +157,8 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_expansion.py::test_the_docs_block_renders_what_it_says",
     ("docs/import.md", "[program.params]"):
         "tests/unit/test_import.py::test_the_docs_example_is_what_import_writes",
+    ("docs/launch.md", "[[steps]]"):
+        "tests/unit/test_launch_code.py::test_the_docs_block_renders_what_it_says",
     ("docs/python-api.md", "slurmfabric.make_plan("):
         "tests/unit/test_readme.py::test_readme_python_api_block_runs_as_written",
     ("docs/python-api.md", "render_sbatch_header(config)"):

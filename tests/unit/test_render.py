@@ -141,8 +141,9 @@ def test_nccl_tests_sweep_one_step_per_op() -> None:
 def test_mpirun_rank_count_and_mapping() -> None:
     launch = render_launch(config_for("mpirun", 'launcher.mpirun_args=["--mca", "btl", "^openib"]'))
     # every rank goes through launch --mode mpi, which binds it; so mpirun binds nothing
-    assert launch.startswith('mpirun_bin=mpirun\nexec -- "$mpirun_bin" -np 8 --map-by ppr:4:node '
-                             "--bind-to none "
+    # the rank count comes from the allocation at run time (sbatch -N overrides job.nodes)
+    assert launch.startswith('mpirun_bin=mpirun\nexec -- "$mpirun_bin" -np "$((SLURM_NNODES * 4))" '
+                             "--map-by ppr:4:node --bind-to none "
                              "--mca btl '^openib' \\\n")
     assert " launch --mode mpi -- python train.py" in launch
     own = render_launch(config_for("mpirun", 'launcher.mpirun_args=["--bind-to", "core"]'))

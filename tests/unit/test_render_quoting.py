@@ -93,7 +93,9 @@ def test_hostile_values_arrive_byte_for_byte(stub_dir: Path, tmp_path_factory, l
             workdir_path.mkdir()
     sets = [f"launcher.type={launcher}", "job.nodes=2",
             f"launcher.slurmfabric={stub_dir / 'slurmfabric'}",
-            f"launcher.torchrun={stub_dir / 'torchrun'}", f"launcher.mpirun={stub_dir / 'mpirun'}"]
+            # a path with spaces goes as a list: a string is one word (launcher.torchrun)
+            f"launcher.torchrun={json.dumps([str(stub_dir / 'torchrun')])}",
+            f"launcher.mpirun={stub_dir / 'mpirun'}"]
     sets.append("launcher.nproc_per_node=2" if launcher == "torchrun" else "job.ntasks_per_node=2")
     refused = _refused(args, env, workdir_path)
     if refused:  # the text rules of slurmfabric/_common/textcheck.py: a clear error, never a script
