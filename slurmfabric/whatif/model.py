@@ -8,7 +8,8 @@ Compute per GPU: FLOPs per token x tokens per GPU / achieved FLOP/s. FLOPs per t
 6N (Kaplan et al. 2020, "Scaling Laws for Neural Language Models": forward 2N, backward 4N)
 plus attention's 12 L H S (Chowdhery et al. 2022, PaLM, appendix B) when the shape is known.
 
-Communication: NCCL's bus bandwidth definitions (nccl-tests doc/PERFORMANCE.md): a
+Communication (one collective's time, per algorithm and size: collectives.py): NCCL's bus
+bandwidth definitions (nccl-tests doc/PERFORMANCE.md): a
 collective of S bytes over n ranks takes S x f / busbw, with f = 2(n-1)/n for all_reduce
 and (n-1)/n for all_gather and reduce_scatter. Data parallel all-reduces the gradients;
 sharded (FSDP/ZeRO-3) all-gathers the parameters twice (forward, backward) and
