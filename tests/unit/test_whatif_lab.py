@@ -132,6 +132,7 @@ class Dom(HTMLParser):
         self.body: dict[str, str | None] = {}
         self.faults: list[str] = []
         self.codes: list[str] = []
+        self.html = ""
         self._open: list[tuple[str, str | None]] = []
         self.feed(html)
 
@@ -161,7 +162,9 @@ def dump(path: Path, state: str, profile: Path) -> Dom:
                            f"{path.as_uri()}#{state}"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return Dom(proc.stdout)
+    dom = Dom(proc.stdout)
+    dom.html = proc.stdout
+    return dom
 
 
 def check_case(dom: Dom, expected_s: float, faults: list[str]) -> None:
@@ -188,6 +191,13 @@ def test_the_page_in_chromium_shows_the_models_step_and_the_commands(page, tmp_p
         assert finder in commands, finder
     assert f"healthy {healthy:.2f} s" in dom.text["delta"]
     assert dom.text["cli"].endswith("--halve-cable node02")
+    # every control has a label: the selects by for=, each radio and checkbox inside its own
+    for select in ("nodes", "model", "gpu", "overlap"):
+        assert f'<label for="{select}">' in dom.html
+    shown = re.sub(r"<script>.*?</script>", "", dom.html, flags=re.S)
+    controls = re.findall(r"<input [^>]*>", shown)
+    wrapped = re.findall(r"<label[^>]*><input [^>]*>", shown)
+    assert len(controls) == len(wrapped) == 8
     # the other faults list their own tools
     dom = dump(page, "fabric=roce&nodes=4&model=llama3-8b&gpu=h100&overlap=0"
                "&faults=gpu,gdr,pfc", tmp_path / "p")
