@@ -17,8 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slurmfabric whatif",
         description="Step time of a data-parallel or sharded training job on 1-N nodes over "
         "InfiniBand, RoCE or TCP, and what one halved cable, one slow GPU or GPUDirect RDMA "
-        "off costs (the constants and their sources: slurmfabric/whatif/model.py).")
-    size = p.add_mutually_exclusive_group(required=True)
+        "off costs (the constants and their sources: slurmfabric/whatif/model.py). "
+        "--html writes the GPU Fabric Lab, one offline page over every case.")
+    size = p.add_mutually_exclusive_group()
     size.add_argument("--params", type=number(1e6, 1e13), help="parameters, e.g. 70e9")
     size.add_argument("--model", choices=sorted(whatif.MODELS),
                       help="a known model (parameters and shape, for attention FLOPs)")
@@ -45,10 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slow-gpu", metavar="NODE:GPU:FRACTION",
                    help="one GPU at a fraction of its clocks, e.g. gpu007:3:0.5")
     p.add_argument("--no-gdr", action="store_true", help="GPUDirect RDMA off")
+    p.add_argument("--no-pfc", metavar="NODE", help="RoCE: NODE's switch hop without PFC")
     p.add_argument("--sweep", action="store_true",
                    help="a table over node counts (1, 2, 4 ... --nodes) and fabrics")
     p.add_argument("--svg", metavar="FILE", help="with --sweep: write the step-time plot")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--html", metavar="FILE", help="write the GPU Fabric Lab page (self-contained, "
+                   "offline) with every fabric, scale, model, GPU and fault precomputed")
     return p
 
 
@@ -77,7 +81,7 @@ def job_from(args: argparse.Namespace) -> whatif.Job:
         tokens_per_gpu=args.tokens_per_gpu, seq=args.seq, sharded=not args.data_parallel,
         overlap=args.overlap,
         slow_link=(args.halve_cable, 0.5) if args.halve_cable else None,
-        slow_gpu=_slow_gpu(args.slow_gpu), gdr=not args.no_gdr)
+        slow_gpu=_slow_gpu(args.slow_gpu), gdr=not args.no_gdr, no_pfc=args.no_pfc)
 
 
 def table(rows: list[dict]) -> str:
@@ -92,6 +96,20 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.html:
+        from slurmfabric.site.install import write_atomic
+        from slurmfabric.whatif import lab
+
+        write_atomic(args.html, lab.render(), 0o644)
+        print(f"wrote {args.html}: open it in a browser (works offline)")
+        if not (args.params or args.model):
+            return 0
+    if not (args.params or args.model):
+        raise UsageError("whatif needs --params or --model (or --html alone for the lab page)",
+                         hint="e.g. slurmfabric whatif --model llama3-70b --nodes 16")
+    if args.no_pfc and args.fabric != "roce":
+        raise UsageError(f"--no-pfc prices a RoCE hop; --fabric is {args.fabric}",
+                         hint="add --fabric roce")
     job = job_from(args)
     if args.halve_cable and job.nodes == 1:
         raise UsageError("--halve-cable needs --nodes 2 or more: one node has no cable "

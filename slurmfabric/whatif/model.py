@@ -8,7 +8,8 @@ Compute per GPU: FLOPs per token x tokens per GPU / achieved FLOP/s. FLOPs per t
 6N (Kaplan et al. 2020, "Scaling Laws for Neural Language Models": forward 2N, backward 4N)
 plus attention's 12 L H S (Chowdhery et al. 2022, PaLM, appendix B) when the shape is known.
 
-Communication: NCCL's bus bandwidth definitions (nccl-tests doc/PERFORMANCE.md): a
+Communication (one collective's time, per algorithm and size: collectives.py): NCCL's bus
+bandwidth definitions (nccl-tests doc/PERFORMANCE.md): a
 collective of S bytes over n ranks takes S x f / busbw, with f = 2(n-1)/n for all_reduce
 and (n-1)/n for all_gather and reduce_scatter. Data parallel all-reduces the gradients;
 sharded (FSDP/ZeRO-3) all-gathers the parameters twice (forward, backward) and
@@ -38,8 +39,10 @@ from dataclasses import dataclass, replace
 # B200 (NVLink 5) ring 698, NVLS 844 (Together's B200 scaling report, 2026-05-12).
 NVLINK_BUSBW = {"h100": {"ring": 370.0, "nvls": 480.0}, "h200": {"ring": 370.0, "nvls": 480.0},
                 "a100": {"ring": 230.0, "nvls": 230.0}, "b200": {"ring": 698.0, "nvls": 844.0}}
-# Dense BF16 peak per GPU, FLOP/s (NVIDIA H100 / A100 datasheets: 989.4 and 312 TFLOP/s).
-PEAK_FLOPS = {"h100": 989.4e12, "h200": 989.4e12, "a100": 312e12}
+# Dense BF16 peak per GPU, FLOP/s (NVIDIA H100 / A100 datasheets: 989.4 and 312 TFLOP/s;
+# H200 has the H100's tensor cores; B200: HGX B200's 36 PFLOP/s sparse FP16/BF16 for 8 GPUs,
+# halved for dense: 2.25 PFLOP/s).
+PEAK_FLOPS = {"h100": 989.4e12, "h200": 989.4e12, "a100": 312e12, "b200": 2250e12}
 # NCCL's effective bandwidth per NIC over InfiniBand: 46-49 GB/s on 400 Gb/s ConnectX-7,
 # 24 on 200G HDR, 12 on 100G (NVIDIA, nccl-tests#290/#319, nccl-tests#119, nccl#412):
 # 0.96 of the line rate.
@@ -50,6 +53,13 @@ IB_EFFICIENCY = 0.96
 ROCE_FACTOR = 0.95
 # NCCL over TCP sockets: 4-6 GB/s busbw on 100 GbE (NVIDIA/nccl#450): 0.4 of line rate.
 TCP_EFFICIENCY = 0.4
+# AWS EFA (SRD, through the aws-ofi-nccl plugin): NOT calibrated, no public nccl-tests figure
+# with its setup is in the fixtures; assumed to behave like tuned RoCE.
+EFA_FACTOR = 0.95
+# One RoCE hop whose switch port has no PFC: drops under incast turn into go-back-N
+# retransmits; the one public figure (NVIDIA/nccl#2409, 2 x 8 H100 RoCEv2 mis-tuned: 231 GB/s
+# against ~470 expected) says about half. A judgement from one report, not a fit.
+NO_PFC_RATE = 0.5
 # Without GPUDirect RDMA the NIC reads from host memory: both GPUs behind a PCIe switch
 # push their share up one PCIe 5.0 x16 uplink (63 GB/s raw per direction, PCI-SIG; ~52
 # usable at NCCL's ~83 % PCIe efficiency, an assumption): ~26 GB/s per NIC on HGX H100.
@@ -62,7 +72,7 @@ MODELS = {
     "llama3-405b": {"params": 405.8e9, "layers": 126, "hidden": 16384},
     "gpt3-175b": {"params": 175e9, "layers": 96, "hidden": 12288},
 }
-FABRICS = ("ib", "roce", "tcp")
+FABRICS = ("ib", "roce", "tcp", "efa")
 
 
 @dataclass(frozen=True)
@@ -83,11 +93,11 @@ class Job:
     sharded: bool = True  # FSDP/ZeRO-3 (a 70B model does not fit data-parallel)
     grad_bytes: int = 2  # bf16
     overlap: float = 0.5  # share of the compute time communication can hide behind
-    nvls: bool = False  # NVLink SHARP (one node only: NCCL uses it within a node)
     # faults
     slow_link: tuple[str, float] | None = None  # (node, fraction of its rate) on one NIC
     slow_gpu: tuple[str, int, float] | None = None  # (node, gpu, fraction of its clocks)
     gdr: bool = True
+    no_pfc: str | None = None  # RoCE: the node whose switch hop has no PFC
 
     @property
     def ranks(self) -> int:
@@ -120,7 +130,8 @@ def nic_rate_gbs(job: Job, rate_gbps: float) -> float:
     """One NIC's effective GB/s for NCCL on this fabric."""
     if job.fabric == "tcp":
         return rate_gbps / 8 * TCP_EFFICIENCY
-    effective = rate_gbps / 8 * IB_EFFICIENCY * (ROCE_FACTOR if job.fabric == "roce" else 1.0)
+    effective = rate_gbps / 8 * IB_EFFICIENCY * {"roce": ROCE_FACTOR, "efa": EFA_FACTOR}.get(
+        job.fabric, 1.0)
     if not job.gdr:
         effective = min(effective, gdr_off_rate())
     return effective
@@ -130,43 +141,81 @@ def gdr_off_rate() -> float:
     return PCIE_UPLINK_GBS / GPUS_PER_SWITCH
 
 
-def busbw(job: Job) -> tuple[float, str]:
-    """(GB/s, what limits it) for the step's collectives across all ranks."""
-    nvlink = NVLINK_BUSBW.get(job.gpu, NVLINK_BUSBW["h100"])
-    if job.nodes == 1:
-        return nvlink["nvls" if job.nvls else "ring"], "NVLink (one node)"
+def rails_busbw(job: Job) -> tuple[float, str]:
+    """(GB/s, why) the node's rails carry for a ring across nodes: NCCL runs one ring per
+    rail and the ring goes as fast as its slowest hop, so rails x the slowest rail's rate."""
     if job.fabric == "tcp":
         return nic_rate_gbs(job, job.frontend_rate), \
             f"TCP sockets over one {job.frontend_rate:g} Gb/s NIC"
-    rate = job.port_rate * (job.slow_link[1] if job.slow_link else 1.0)
-    nics = job.nic_count * nic_rate_gbs(job, rate)
+    fraction = min(job.slow_link[1] if job.slow_link else 1.0,
+                   NO_PFC_RATE if job.no_pfc and job.fabric == "roce" else 1.0)
+    rate = job.port_rate * fraction
     why = (f"{job.nic_count} NICs x the slowest ({rate:g} Gb/s"
+           + (", no PFC on one hop" if job.no_pfc and job.fabric == "roce" else "")
            + (", no GPUDirect RDMA" if not job.gdr else "") + ")")
-    if nvlink["ring"] < nics:
-        return nvlink["ring"], "NVLink ring inside each node"
-    return nics, why
+    return job.nic_count * nic_rate_gbs(job, rate), why
+
+
+def busbw(job: Job, algo: str = "ring") -> tuple[float, str]:
+    """(GB/s, what limits it): the large-message all_reduce busbw of ``algo`` (ring by
+    default: what nccl-tests with NCCL_ALGO=Ring and pairs measure)."""
+    from slurmfabric.whatif import collectives
+
+    bw = collectives.algorithms(job)[algo][0]
+    if job.nodes == 1:
+        return bw, f"NVLink{' SHARP' if algo == 'nvls' else ''} (one node)"
+    rails, why = rails_busbw(job)
+    if algo == "ring" and bw < rails:
+        return bw, "NVLink ring inside each node"
+    return bw, why if algo == "ring" else f"{algo} over {why}"
+
+
+# PyTorch DDP's default gradient bucket (torch.nn.parallel.DistributedDataParallel,
+# bucket_cap_mb=25): data parallel all-reduces the gradients in pieces of this size.
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+def collective_list(job: Job) -> list[tuple[str, float, int]]:
+    """(op, bytes of the collective's array, how many) one step runs: sharded training
+    all-gathers each unit's parameters twice and reduce-scatters its gradients (one FSDP unit
+    per layer when the shape is known, else one for the model); data parallel all-reduces
+    the gradients bucket by bucket."""
+    if job.ranks == 1:
+        return []
+    grads = job.params * job.grad_bytes
+    if job.sharded:
+        units = job.layers or 1
+        return [("all_gather", job.params * 2 / units, 2 * units),
+                ("reduce_scatter", grads / units, units)]
+    full, rest = divmod(grads, DDP_BUCKET_BYTES)
+    out = [("all_reduce", float(DDP_BUCKET_BYTES), int(full))] if full else []
+    return out + ([("all_reduce", rest, 1)] if rest else [])
 
 
 def comm_bytes(job: Job) -> float:
     """Bus bytes per rank per step: S x NCCL's factor, summed over the collectives."""
-    n = job.ranks
-    if n == 1:
-        return 0.0
-    grads = job.params * job.grad_bytes
-    if job.sharded:  # all_gather the parameters twice, reduce_scatter the gradients
-        return (2 * job.params * 2 + grads) * (n - 1) / n
-    return grads * 2 * (n - 1) / n  # all_reduce
+    from slurmfabric.whatif.collectives import factor
+
+    return sum(size * factor(op, job.ranks) * count for op, size, count in collective_list(job))
 
 
 def step(job: Job) -> Step:
+    from slurmfabric.whatif import collectives
+
     peak = PEAK_FLOPS.get(job.gpu, PEAK_FLOPS["h100"]) * job.mfu
     compute = flops_per_token(job) * job.tokens_per_gpu / peak
     if job.slow_gpu:  # synchronous data parallel: everyone waits for the slowest GPU
         compute /= job.slow_gpu[2]
-    bw, limit = busbw(job)
-    comm = comm_bytes(job) / (bw * 1e9) if job.ranks > 1 else 0.0
+    comm, main, largest = 0.0, "ring", -1.0
+    for op, size, count in collective_list(job):
+        seconds, algo = collectives.best(job, op, size)
+        comm += seconds * count
+        if size * count > largest:
+            main, largest = algo, size * count
+    bw = comm_bytes(job) / comm / 1e9 if comm else busbw(job)[0]
+    limit = busbw(job, main)[1] if job.ranks > 1 else busbw(job)[1]
     exposed = max(0.0, comm - job.overlap * compute)
-    return Step(compute + exposed, compute, comm, exposed, bw, limit)
+    return Step(compute + exposed, compute, comm, exposed, bw, f"{main}: {limit}")
 
 
 def efficiency(job: Job) -> float:
@@ -176,7 +225,7 @@ def efficiency(job: Job) -> float:
 
 
 def healthy(job: Job) -> Job:
-    return replace(job, slow_link=None, slow_gpu=None, gdr=True)
+    return replace(job, slow_link=None, slow_gpu=None, gdr=True, no_pfc=None)
 
 
 def sweep(job: Job, node_counts: list[int], fabrics: tuple[str, ...] = FABRICS
@@ -196,7 +245,7 @@ def sweep_rows(job: Job) -> list[dict]:
     """The ``--sweep`` table: the healthy job over 1, 2, 4 ... nodes on every fabric, then,
     when the job carries a fault, the faulty job on its own fabric (labelled ``+fault``)."""
     rows = sweep(healthy(job), powers(job.nodes))
-    if job.slow_link or job.slow_gpu or not job.gdr:
+    if job.slow_link or job.slow_gpu or not job.gdr or job.no_pfc:
         rows += [dict(r, fabric=f"{r['fabric']}+fault") for r in sweep(
             job, [n for n in powers(job.nodes) if n > 1], (job.fabric,))]
     return rows
@@ -228,7 +277,8 @@ def expected_busbw(rates_gbps: list[float], fabric: str = "ib", nodes: int = 2,
     return busbw(job)[0]
 
 
-# What reveals each fault, and the line it prints (slurmfabric's own messages).
+# What reveals each fault: slurmfabric's own commands with the line they print, then the
+# underlying tool and what it shows.
 FINDERS = {
     "slow_link": [
         ("slurmfabric pairs submit --nodes NODES --results DIR; slurmfabric pairs report DIR",
@@ -237,14 +287,29 @@ FINDERS = {
          "speed below what both ends support"),
         ("slurmfabric roce audit --nodes NODES --results DIR (RoCE)",
          "{node} ... (majority ...): the port that differs"),
+        ("ibstat (on {node})", "Rate: 200 on one port where the others say 400"),
+        ("perfquery -x LID PORT (on {node})", "SymbolErrorCounter / LinkDownedCounter rising"),
+        ("ethtool IF (on {node}, RoCE/Ethernet)", "Speed: 200000Mb/s on one port"),
     ],
     "slow_gpu": [
         ("slurmfabric health check", "gpu.throttle: GPU{gpu} HW slowdown (or HW thermal / "
          "power brake)"),
+        ("nvidia-smi -q -d PERFORMANCE,CLOCK (the GPU clock check, on {node})",
+         "GPU {gpu}: Clocks Event Reasons HW Slowdown Active; SM clock below its peers'"),
     ],
     "no_gdr": [
         ("slurmfabric health check", "rdma.gdr: no GPUDirect RDMA: ..."),
         ("slurmfabric nccl-log LOG", "gdr_off: ... uses NET/IB without GPUDirect RDMA (...)"),
+        ("lsmod | grep nvidia_peermem (on {node})", "nothing: the peer-memory module is not "
+         "loaded"),
+    ],
+    "no_pfc": [
+        ("slurmfabric roce audit --nodes NODES --results DIR",
+         "{node} pfc ... (majority ...): the port that differs"),
+        ("slurmfabric pairs submit --nodes NODES --results DIR; slurmfabric pairs report DIR",
+         "the pairs through {node}'s hop are low and vary run to run"),
+        ("ethtool -S IF | grep -E 'pause|discard|out_of_sequence' (on {node})",
+         "rx_prio3_pause 0 while rx_discards_phy / out_of_sequence climb"),
     ],
     "tcp": [
         ("slurmfabric nccl-log LOG", "socket_fallback: ... uses NET/Socket: NET/IB found no "
@@ -258,26 +323,28 @@ def faults(job: Job) -> list[dict]:
     """Each fault the job sets, with the step time it costs and how to find it."""
     base_step = step(healthy(job))
     base = base_step.seconds
+    well = healthy(job)
     out = []
-    for name, changed, kind in (
+    for name, changed, kind, node in (
             (f"one NIC of {job.slow_link[0]} at {job.slow_link[1]:g} of its rate"
-             if job.slow_link else "", replace(healthy(job), slow_link=job.slow_link),
-             "slow_link"),
+             if job.slow_link else "", replace(well, slow_link=job.slow_link), "slow_link",
+             job.slow_link[0] if job.slow_link else ""),
             (f"GPU {job.slow_gpu[1]} of {job.slow_gpu[0]} at {job.slow_gpu[2]:g} of its "
-             "clocks" if job.slow_gpu else "", replace(healthy(job), slow_gpu=job.slow_gpu),
-             "slow_gpu"),
-            ("GPUDirect RDMA off" if not job.gdr else "", replace(healthy(job), gdr=False),
-             "no_gdr")):
+             "clocks" if job.slow_gpu else "", replace(well, slow_gpu=job.slow_gpu),
+             "slow_gpu", job.slow_gpu[0] if job.slow_gpu else ""),
+            ("GPUDirect RDMA off" if not job.gdr else "", replace(well, gdr=False), "no_gdr",
+             "NODE"),
+            (f"{job.no_pfc}'s RoCE hop without PFC" if job.no_pfc else "",
+             replace(well, no_pfc=job.no_pfc), "no_pfc", job.no_pfc or "")):
         if not name:
             continue
         result = step(changed)
         seconds = result.seconds
-        node = (job.slow_link or job.slow_gpu or ("NODE",))[0]
         gpu = job.slow_gpu[1] if job.slow_gpu else 0
-        out.append({"fault": name, "step_s": seconds, "lost": 1 - base / seconds,
+        out.append({"fault": name, "kind": kind, "step_s": seconds, "lost": 1 - base / seconds,
                     "comm_s": result.comm, "healthy_comm_s": base_step.comm,
                     "busbw": result.busbw, "healthy_busbw": base_step.busbw,
-                    "find": [(cmd, line.format(node=node, gpu=gpu))
+                    "find": [(cmd.format(node=node, gpu=gpu), line.format(node=node, gpu=gpu))
                              for cmd, line in FINDERS[kind]]})
     return out
 

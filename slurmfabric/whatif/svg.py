@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
-COLOURS = {"ib": "#1f77b4", "roce": "#2ca02c", "tcp": "#d62728"}
+COLOURS = {"ib": "#1f77b4", "roce": "#2ca02c", "tcp": "#d62728", "efa": "#9467bd"}
 
 
 def render(rows: list[dict], title: str) -> str:
