@@ -65,9 +65,7 @@ def _job_variables(config: Any) -> dict[str, str]:
     values = {**nccl_exports(config), **{k: str(v) for k, v in config.program.env.items()}}
     if config.fabric.type != "auto":
         values["SLURMFABRIC_FABRIC_TYPE"] = config.fabric.type
-    port_range = config.launcher.rendezvous.port_range
-    if tuple(port_range) != (29500, 30499):
-        values["SLURMFABRIC_PORT_RANGE"] = "{}-{}".format(*port_range)
+    values["SLURMFABRIC_PORT_RANGE"] = "{}-{}".format(*config.launcher.rendezvous.port_range)
     if config.launcher.rendezvous.port:
         values["SLURMFABRIC_PORT"] = str(config.launcher.rendezvous.port)
     return values
