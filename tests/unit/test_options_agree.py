@@ -147,14 +147,15 @@ def test_sbatch_pyslurm_and_kubernetes_describe_the_same_job(example, sets) -> N
     SEEN_ROWS.update(opts)
 
     nodes, workers = int(str(opts["nodes"])), script_workers(script, opts)
-    if config.launcher.type == "nccl-tests":  # no program to run in a pod: refused
-        with pytest.raises(UsageError, match="program.command is empty"):
-            k8s.build(load_config(str(REPO / "examples" / example),
-                                  [*sets, "kubernetes.image=img"], ""), "pytorchjob")
-        return
     k8s_config = load_config(str(REPO / "examples" / example),
                              [*sets, "kubernetes.image=img"], "")
     for target in k8s.TARGETS:
+        if config.launcher.type in ("mpirun", "srun-pmix", "nccl-tests") \
+                and target != "mpijob":  # MPI ranks: only an MPIJob starts them
+            with pytest.raises(UsageError, match="starts MPI ranks") as caught:
+                k8s.build(k8s_config, target)
+            assert "--target mpijob" in str(caught.value.hint)
+            continue
         assert k8s_shape(k8s.build(k8s_config, target)) == (nodes, workers), target
 
 
