@@ -540,3 +540,18 @@ def test_pods_get_the_scripts_nccl_exports_for_the_fabric_type() -> None:
         values = {e["name"]: e["value"] for e in env}
         assert values["NCCL_IB_DISABLE"] == "1" and values["SLURMFABRIC_FABRIC_TYPE"] == "tcp"
         assert values["SLURMFABRIC_PORT_RANGE"] == "29500-30499"
+
+
+def test_a_trainjob_needs_trainer_2_2_as_its_annotation_says() -> None:
+    """Trainer v2.2.0's CRD serves every field of a rendered TrainJob; v2.1.0's lacks
+    spec.runtimePatches (crds/SOURCES.md, section 5), so the minimum is tight."""
+    manifest = build([*SETS, *MOUNTS], "trainjob")
+    assert ">= v2.2.0" in manifest["metadata"]["annotations"]["slurmfabric/requires"]
+    for tag, unknown in (("v2.2.0", []), ("v2.1.0", [".spec.runtimePatches"])):
+        path = CRDS / f"trainer.kubeflow.org_trainjobs.{tag}.yaml.gz"
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            crd = yaml.safe_load(handle)
+        (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+        spec = served["schema"]["openAPIV3Schema"]
+        assert list(jsonschema.Draft7Validator(spec).iter_errors(manifest)) == []
+        assert unknown_fields(manifest, spec) == unknown, tag
