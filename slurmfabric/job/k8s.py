@@ -211,7 +211,8 @@ def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
     source, an in-memory emptyDir for pyxis's ``tmpfs``, else a hostPath volume (the same
     path on the node, as pyxis bind-mounts it), unless ``kubernetes.host_path_mounts`` is
     false. A mount is never dropped: what has no volume form is refused."""
-    claims = dict(config.kubernetes.mount_claims)
+    claims = config.kubernetes.mount_claims
+    unused = set(claims)
     volumes: list[dict] = []
     mounts: list[dict] = []
     for index, item in enumerate(config.program.container_mounts):
@@ -222,10 +223,11 @@ def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
             raise UsageError(f"program.container_mounts {item!r}: the target {target!r} is "
                              "relative; a volumeMount's mountPath is absolute",
                              hint="give the mount an absolute DST")
-        mount = {"name": name, "mountPath": target,
-                 **_mount_flags(item, parts[2].split("+") if len(parts) > 2 else [])}
+        flags = [flag for flag in parts[2].split("+") if flag] if len(parts) > 2 else []
+        mount = {"name": name, "mountPath": target, **_mount_flags(item, flags)}
         if source in claims:
-            claim, _, sub = claims.pop(source).partition("/")
+            unused.discard(source)
+            claim, _, sub = claims[source].partition("/")
             volume: dict[str, Any] = {"persistentVolumeClaim": {"claimName": claim}}
             if sub:
                 mount["subPath"] = sub
@@ -246,9 +248,9 @@ def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
             volume = {"hostPath": {"path": source}}
         volumes.append({"name": name, **volume})
         mounts.append(mount)
-    if claims:
-        raise UsageError(f"kubernetes.mount_claims: {', '.join(map(repr, claims))} is not the "
-                         "source of any program.container_mounts entry",
+    if unused:
+        raise UsageError(f"kubernetes.mount_claims: {', '.join(map(repr, sorted(unused)))} is "
+                         "not the source of any program.container_mounts entry",
                          hint="use a mount's SRC exactly as program.container_mounts gives "
                          "it, or drop the claim")
     return volumes, mounts

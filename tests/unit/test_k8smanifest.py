@@ -246,7 +246,7 @@ def test_a_squashfs_image_is_refused_on_the_command_line(tmp_path) -> None:
 
 MOUNTS = ['program.container_mounts=["/lustre:/lustre:ro", "/data:/mnt/data:ro+rprivate+'
           'x-create=dir", "/scratch", "tmpfs:/tmp/fast", "/home/alice/llm:/home/alice/llm:'
-          'rslave"]', 'kubernetes.mount_claims={"/data" = "datasets/v2"}']
+          'rslave", "/data:/mnt/data2:"]', 'kubernetes.mount_claims={"/data" = "datasets/v2"}']
 
 
 @pytest.mark.parametrize("target", k8smanifest.TARGETS)
@@ -266,6 +266,9 @@ def test_container_mounts_become_volumes_in_every_program_container(target) -> N
         assert mounts["/tmp/fast"][1]["emptyDir"] == {"medium": "Memory"}
         mount, volume = mounts["/home/alice/llm"]
         assert mount["mountPropagation"] == "HostToContainer"
+        mount, volume = mounts["/mnt/data2"]  # a second mount of a claimed source
+        assert volume["persistentVolumeClaim"] == {"claimName": "datasets"}
+        assert "readOnly" not in mount  # "SRC:DST:" has no flags, as in pyxis
     if target == "pytorchjob":  # the health gate may read its config from a mount too
         init = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
             "initContainers"][0]
