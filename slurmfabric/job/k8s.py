@@ -211,6 +211,13 @@ def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
     source, an in-memory emptyDir for pyxis's ``tmpfs``, else a hostPath volume (the same
     path on the node, as pyxis bind-mounts it), unless ``kubernetes.host_path_mounts`` is
     false. A mount is never dropped: what has no volume form is refused."""
+    for arg in config.launcher.srun_args:
+        if arg.startswith(("--container-mounts", "--container-image")):
+            option = arg.split("=", 1)[0]
+            field = "program.container_mounts" if option == "--container-mounts" \
+                else "kubernetes.image"
+            raise UsageError(f"launcher.srun_args {option}: a pod has no srun, so this "
+                             "would be dropped", hint=f"give it as {field} instead")
     claims = config.kubernetes.mount_claims
     unused = set(claims)
     volumes: list[dict] = []

@@ -283,6 +283,8 @@ def test_container_mounts_become_volumes_in_every_program_container(target) -> N
      "kubernetes.mount_claims has no claim for '/lustre'"),
     (['program.container_mounts=["/lustre"]', 'kubernetes.mount_claims={"/lustre/" = "l"}'],
      "kubernetes.mount_claims: '/lustre/' is not the source"),
+    (['launcher.srun_args=["--container-mounts=/lustre:/lustre"]'],
+     "launcher.srun_args --container-mounts: a pod has no srun"),
 ])
 def test_mounts_without_a_volume_form_are_refused_not_dropped(sets, says) -> None:
     for target in k8smanifest.TARGETS:
