@@ -820,6 +820,9 @@ def text_problems(data: Any, path: tuple[str, ...] = ()) -> list[str]:
 
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1123 label
+# RFC 1123 subdomain (a PersistentVolumeClaim name)
+_K8S_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+                            r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _K8S_RESOURCE = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}"
                            r"[A-Za-z0-9])?$")  # a qualified name, as resource names are
 
@@ -836,6 +839,26 @@ class KubernetesSection(Section):
     runtime: str = "torch-distributed"  # TrainJob's runtimeRef (a ClusterTrainingRuntime)
     health_check: bool = True  # an init container runs 'slurmfabric health check'
     health_config: Optional[str] = None  # path of the health config inside the image
+    # program.container_mounts become pod volumes: a mount whose source (SRC of
+    # SRC[:DST[:FLAGS]]) is a key here mounts that PersistentVolumeClaim ("CLAIM", or
+    # "CLAIM/sub/dir" for a subPath); any other mount is a hostPath volume, unless
+    # host_path_mounts is false, which refuses it (clusters whose policy forbids hostPath).
+    mount_claims: dict[str, str] = Field(default_factory=dict)
+    host_path_mounts: bool = True
+
+    @field_validator("mount_claims")
+    @classmethod
+    def _claims(cls, value: dict[str, str]) -> dict[str, str]:
+        for source, target in value.items():
+            claim, _, sub = target.partition("/")
+            if not source.startswith("/") or not _K8S_SUBDOMAIN.match(claim) or (
+                    sub and (sub.startswith("/") or ".." in sub.split("/"))):
+                raise ValueError(
+                    f"mount claim {source!r} = {target!r} is not accepted: the key is a "
+                    "mount source (an absolute path of program.container_mounts), the value "
+                    "a PersistentVolumeClaim name, optionally with a relative sub-directory, "
+                    "e.g. '/lustre' = 'lustre-pvc' or '/lustre/ckpt' = 'lustre-pvc/ckpt'")
+        return value
 
     @field_validator("namespace", "runtime")
     @classmethod

@@ -11,6 +11,12 @@ container command through ``slurmfabric launch`` (it derives the rank env from t
 operator's variables, slurmfabric/rank/k8s.py, and binds each worker); and an init container
 running ``slurmfabric health check``, whose failure keeps the pod from starting.
 
+The config was written for Slurm, so what has no pod form is translated or refused, never
+dropped: an enroot/pyxis image reference becomes a registry reference (a squashfs file is
+refused), ``program.container_mounts`` become volumes, and a launcher that starts MPI ranks
+renders only as an MPIJob. Each manifest names, in the ``slurmfabric/requires`` annotation,
+the oldest operator release that serves every field it uses.
+
 YAML comes out with every string in double quotes (JSON escapes, valid YAML): values from
 the config are data, never YAML syntax.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any
 
 from slurmfabric.errors import UsageError
@@ -72,11 +79,22 @@ def _env(config: Any) -> list[dict[str, str]]:
             raise UsageError(f"program.{field} has no Kubernetes form: the pod's variables "
                              "are set without a shell",
                              hint=f"put the full value in program.env, or drop program.{field}")
-    values = {**{k: str(v) for k, v in config.fabric.nccl.items()},
-              **{k: str(v) for k, v in config.program.env.items()}}
+    return [{"name": k, "value": v} for k, v in _job_variables(config).items()]
+
+
+def _job_variables(config: Any) -> dict[str, str]:
+    """What the sbatch script exports before the launch (templates/env.sh.j2): fabric.type's
+    NCCL meaning with fabric.nccl on top (render.nccl_exports, their one owner), program.env,
+    and the variables 'slurmfabric launch' reads on every rank."""
+    from slurmfabric.job.render import nccl_exports
+
+    values = {**nccl_exports(config), **{k: str(v) for k, v in config.program.env.items()}}
     if config.fabric.type != "auto":
         values["SLURMFABRIC_FABRIC_TYPE"] = config.fabric.type
-    return [{"name": k, "value": v} for k, v in values.items()]
+    values["SLURMFABRIC_PORT_RANGE"] = "{}-{}".format(*config.launcher.rendezvous.port_range)
+    if config.launcher.rendezvous.port:
+        values["SLURMFABRIC_PORT"] = str(config.launcher.rendezvous.port)
+    return values
 
 
 def _image(config: Any) -> str:
@@ -84,7 +102,63 @@ def _image(config: Any) -> str:
     if not image:
         raise UsageError("a Kubernetes target needs a container image",
                          hint="set kubernetes.image (or program.container_image)")
-    return image
+    field = "kubernetes.image" if config.kubernetes.image else "program.container_image"
+    return image_reference(image, field)
+
+
+# pyxis takes --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH, and a value that starts
+# with '.' or '/' is a squashfs file on the node (NVIDIA/pyxis README.md and
+# pyxis_slurmstepd.c, strspn(image, "./"), @107519944221); anything else becomes the enroot
+# URI docker://VALUE. enroot import reads docker://[USER@][REGISTRY#]IMAGE[:TAG], plus
+# Docker's REGISTRY/IMAGE spelling and @sha256 digests, while dockerd:// and podman:// read
+# the node's local Docker daemon or Podman store (NVIDIA/enroot doc/cmd/import.md and
+# src/docker.sh, @8ea147d337da). USER is a login for enroot's credentials file; a pod's
+# registry credentials are its imagePullSecrets instead.
+_SQUASHFS_SUFFIXES = (".sqsh", ".squashfs", ".sqfs")
+_DIGEST = re.compile(r"@(sha256:[0-9A-Fa-f]{64})$")
+# A Docker image reference (github.com/distribution/reference, regexp.go): what the kubelet
+# accepts in image:; anything else leaves the pod in InvalidImageName.
+_LABEL = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(rf"^(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?/)?{_COMPONENT}"
+                        rf"(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                        r"(?:@sha256:[0-9a-f]{64})?$")
+_IMAGE_FIX = "set kubernetes.image to the image's registry reference, e.g. " \
+    "nvcr.io/nvidia/pytorch:25.08-py3"
+
+
+def image_reference(value: str, field: str = "kubernetes.image") -> str:
+    """``value`` (an enroot/pyxis image, or already a registry reference) as the registry
+    reference a pod's ``image:`` takes: ``nvcr.io#nvidia/pytorch:25.08-py3`` becomes
+    ``nvcr.io/nvidia/pytorch:25.08-py3``. A squashfs file or a node-local image store has no
+    pod form and is refused, naming ``field``."""
+    text = value
+    if text.startswith(("dockerd://", "podman://")):
+        raise UsageError(f"{field} {value!r} is an image in one node's local "
+                         f"{'Docker daemon' if text.startswith('dockerd') else 'Podman store'}"
+                         "; a pod pulls its image from a registry", hint=_IMAGE_FIX)
+    text = text.removeprefix("docker://")
+    if text.startswith((".", "/")) or text.lower().endswith(_SQUASHFS_SUFFIXES):
+        raise UsageError(f"{field} {value!r} is a squashfs file on the cluster (pyxis reads "
+                         "it from the node's file system); a pod pulls its image from a "
+                         "registry", hint=_IMAGE_FIX)
+    digest = ""
+    found = _DIGEST.search(text)
+    if found:
+        text, digest = text[:found.start()], "@" + found.group(1)
+    text = text.rsplit("@", 1)[-1]  # enroot's USER@: credentials come from imagePullSecrets
+    if "#" in text:
+        registry, _, image = text.partition("#")
+        if not ("." in registry or ":" in registry or registry == "localhost"):
+            raise UsageError(f"{field} {value!r}: registry {registry!r} has no '.' or port, "
+                             "so Kubernetes would read it as a Docker Hub namespace",
+                             hint=_IMAGE_FIX)
+        text = f"{registry}/{image}"
+    reference = text + digest
+    if not _REFERENCE.match(reference):
+        raise UsageError(f"{field} {value!r} gives {reference!r}, which is not an image "
+                         "reference (a pod would sit in InvalidImageName)", hint=_IMAGE_FIX)
+    return reference
 
 
 def _resources(config: Any, gpus: bool = True) -> dict:
@@ -122,10 +196,98 @@ def _container(config: Any, name: str, command: list[str], gpus: bool = True) ->
         container["resources"] = resources
     if config.program.workdir:
         container["workingDir"] = config.program.workdir
+    mounts = _mounts(config)[1]
     if gpus:
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
-        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]
+    if mounts:
+        container["volumeMounts"] = mounts
     return container
+
+
+# pyxis --container-mounts=SRC[:DST[:FLAGS]]: DST defaults to SRC; SRC is a path, "tmpfs"
+# or "umount"; FLAGS are enroot's fstab options joined with '+', e.g. "ro+rprivate", added
+# after pyxis's own "x-create=auto,rbind" (NVIDIA/pyxis args.c, parse_mount_option and
+# add_mount, @107519944221). Each flag maps to its volumeMount form; any other is refused.
+_FLAG_FORMS: dict[str, dict[str, Any]] = {
+    "ro": {"readOnly": True},
+    "rw": {}, "bind": {}, "rbind": {},  # a volume is a read-write bind mount
+    "private": {}, "rprivate": {},  # mountPropagation None, the default
+    "slave": {"mountPropagation": "HostToContainer"},
+    "rslave": {"mountPropagation": "HostToContainer"},
+}
+
+
+def _mount_flags(item: str, flags: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag in flags:
+        if flag.startswith("x-create="):
+            continue  # enroot creates the mount point; the kubelet always does
+        if flag not in _FLAG_FORMS:
+            raise UsageError(f"program.container_mounts {item!r}: flag {flag!r} has no "
+                             "Kubernetes volume form",
+                             hint=f"accepted flags: {', '.join(_FLAG_FORMS)}, x-create=...; "
+                             "drop it, or give the pod this mount some other way")
+        out.update(_FLAG_FORMS[flag])
+    return out
+
+
+def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
+    """(pod volumes, container volumeMounts) for ``program.container_mounts``: a
+    PersistentVolumeClaim where ``kubernetes.mount_claims`` names one for the mount's
+    source, an in-memory emptyDir for pyxis's ``tmpfs``, else a hostPath volume (the same
+    path on the node, as pyxis bind-mounts it), unless ``kubernetes.host_path_mounts`` is
+    false. A mount is never dropped: what has no volume form is refused."""
+    for arg in config.launcher.srun_args:
+        if arg.startswith(("--container-mounts", "--container-image")):
+            option = arg.split("=", 1)[0]
+            field = "program.container_mounts" if option == "--container-mounts" \
+                else "kubernetes.image"
+            raise UsageError(f"launcher.srun_args {option}: a pod has no srun, so this "
+                             "would be dropped", hint=f"give it as {field} instead")
+    claims = config.kubernetes.mount_claims
+    unused = set(claims)
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    for index, item in enumerate(config.program.container_mounts):
+        parts = item.split(":")
+        source, target = parts[0], parts[1] if len(parts) > 1 else parts[0]
+        name = f"mount-{index}"
+        if not target.startswith("/"):
+            raise UsageError(f"program.container_mounts {item!r}: the target {target!r} is "
+                             "relative; a volumeMount's mountPath is absolute",
+                             hint="give the mount an absolute DST")
+        flags = [flag for flag in parts[2].split("+") if flag] if len(parts) > 2 else []
+        mount = {"name": name, "mountPath": target, **_mount_flags(item, flags)}
+        if source in claims:
+            unused.discard(source)
+            claim, _, sub = claims[source].partition("/")
+            volume: dict[str, Any] = {"persistentVolumeClaim": {"claimName": claim}}
+            if sub:
+                mount["subPath"] = sub
+        elif source == "tmpfs":
+            volume = {"emptyDir": {"medium": "Memory"}}
+        elif not source.startswith("/"):
+            raise UsageError(f"program.container_mounts {item!r}: the source {source!r} has "
+                             "no volume form (a relative path, or pyxis's 'umount')",
+                             hint="give an absolute source path, or drop the mount")
+        elif not config.kubernetes.host_path_mounts:
+            raise UsageError(f"program.container_mounts {item!r} needs a volume: "
+                             "kubernetes.host_path_mounts is false and "
+                             f"kubernetes.mount_claims has no claim for {source!r}",
+                             hint=f"add kubernetes.mount_claims.\"{source}\" = \"CLAIM\" "
+                             "(a PersistentVolumeClaim), or set kubernetes.host_path_mounts "
+                             "= true")
+        else:
+            volume = {"hostPath": {"path": source}}
+        volumes.append({"name": name, **volume})
+        mounts.append(mount)
+    if unused:
+        raise UsageError(f"kubernetes.mount_claims: {', '.join(map(repr, sorted(unused)))} is "
+                         "not the source of any program.container_mounts entry",
+                         hint="use a mount's SRC exactly as program.container_mounts gives "
+                         "it, or drop the claim")
+    return volumes, mounts
 
 
 def _health(config: Any) -> list[dict]:
@@ -134,9 +296,13 @@ def _health(config: Any) -> list[dict]:
     command = ["slurmfabric", "health", "check"]
     if config.kubernetes.health_config:
         command += ["--config", config.kubernetes.health_config]
-    return [{"name": "slurmfabric-health", "image": _image(config), "command": command,
-             "resources": _resources(config),
-             "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}]
+    init = {"name": "slurmfabric-health", "image": _image(config), "command": command,
+            "resources": _resources(config),
+            "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}
+    mounts = _mounts(config)[1]
+    if mounts:  # the health config may live on a mounted file system
+        init["volumeMounts"] = mounts
+    return [init]
 
 
 def _pod(config: Any, container: dict, extra_env: list[dict] | None = None,
@@ -144,9 +310,11 @@ def _pod(config: Any, container: dict, extra_env: list[dict] | None = None,
     if extra_env:
         container = {**container, "env": [*extra_env, *container.get("env", [])]}
     spec: dict[str, Any] = {"containers": [container]}
+    volumes = _mounts(config)[0]
     if gpus:
         spec["initContainers"] = _health(config) or None
-        spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *volumes]
+    spec["volumes"] = volumes
     template: dict[str, Any] = {}
     if config.kubernetes.networks and gpus:
         template["metadata"] = {"annotations": {
@@ -200,10 +368,11 @@ def trainjob(config: Any) -> dict:
     if config.kubernetes.networks:
         pod["metadata"] = {"annotations": {
             "k8s.v1.cni.cncf.io/networks": config.kubernetes.networks}}
+    volumes, mounts = _mounts(config)
     pod["spec"] = {"containers": [{
         "name": "node", "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *volumes]}
     patch = {"manager": "slurmfabric", "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
@@ -229,14 +398,58 @@ def jobset(config: Any) -> dict:
                                          "template": {"spec": job}}]}}
 
 
+# Open MPI starts the ranks on the workers through ssh (mpi-operator v2: the workers run
+# sshd), and an ssh session starts from a fresh environment: the launcher pod's variables
+# reach a rank only when mpirun exports them, '-x NAME' each ("Export the specified
+# environment variables to the remote nodes before executing the program", Open MPI
+# mpirun(1), -x). mpirun refuses to run as root, which images commonly are, unless both
+# OMPI_ALLOW_RUN_AS_ROOT variables are set, as mpi-operator's nccl-tests example does
+# (kubeflow/mpi-operator examples/v2beta1/nccl-tests/nccl-tests.yaml @6dcc0f73e9dc, the
+# example proposed for its issue #639, whose launcher runs "mpirun -np N -bind-to none
+# -x NCCL_DEBUG .../all_reduce_perf ..." and whose workers hold the GPUs and /dev/shm).
+_MPIRUN_AS_ROOT = [{"name": "OMPI_ALLOW_RUN_AS_ROOT", "value": "1"},
+                   {"name": "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "value": "1"}]
+
+
+def _rank_programs(config: Any) -> list[list[str]]:
+    """What each MPI rank runs, once per mpirun: the program, or one nccl-tests binary per
+    op with the arguments the sbatch script gives it (templates/launch/nccl-tests.sh.j2;
+    tests/unit/test_k8smanifest.py holds the two to the same argv)."""
+    if config.launcher.type != "nccl-tests":
+        return [list(config.program.command)]
+    tests = config.launcher.nccl_tests
+    where = f"{tests.bin_dir.rstrip('/')}/" if tests.bin_dir else ""
+    return [[f"{where}{op}_perf", "--minbytes", tests.min_bytes, "--maxbytes", tests.max_bytes,
+             "--stepfactor", str(tests.step_factor), "--ngpus", str(tests.gpus_per_rank),
+             "--iters", str(tests.iters), "--warmup_iters", str(tests.warmup_iters),
+             "--check", str(tests.check)] for op in tests.ops]
+
+
+def _mpirun(config: Any, ranks: int, exported: list[str], program: list[str]) -> list[str]:
+    """mpirun as the sbatch script runs it (launcher.mpirun_args kept; slurmfabric launch
+    binds each rank, so mpirun binds nothing unless mpirun_args say so), with '-x' for
+    every variable the ranks need. The hostfile's slots=slotsPerWorker place the ranks, as
+    --map-by ppr:N:node does under Slurm."""
+    args = list(config.launcher.mpirun_args)
+    binds = any(arg.lstrip("-").startswith("bind-to") for arg in args)
+    return [config.launcher.mpirun, "-np", str(ranks),
+            *([] if binds else ["--bind-to", "none"]),
+            *[word for name in exported for word in ("-x", name)], *args,
+            "slurmfabric", "launch", "--mode", "mpi", "--", *program]
+
+
 def mpijob(config: Any) -> dict:
-    nodes, ranks = _per_node(config)
-    program = list(config.program.command)
-    if not program:
-        raise UsageError("program.command is empty", hint="set program.command")
-    launch = ["mpirun", "-np", str(nodes * ranks), "--bind-to", "none",
-              "slurmfabric", "launch", "--mode", "mpi", "--", *program]
-    launcher = _pod(config, _container(config, "launcher", launch, gpus=False), gpus=False)
+    name, (nodes, ranks) = _name(config), _per_node(config)
+    # Rank 0 is the first slot of the hostfile's first host, worker 0; the operator gives the
+    # workers that DNS name (hostname <job>-worker-0, subdomain <job>: SOURCES.md, 4.2).
+    master = [{"name": "MASTER_ADDR", "value": f"{name}-worker-0.{name}"}]
+    exported = [item["name"] for item in [*_env(config), *master]]
+    runs = [_mpirun(config, nodes * ranks, exported, program)
+            for program in _rank_programs(config)]
+    command = runs[0] if len(runs) == 1 else \
+        ["/bin/sh", "-ec", "\n".join(shlex.join(run) for run in runs)]
+    launcher = _pod(config, _container(config, "launcher", command, gpus=False),
+                    [*_MPIRUN_AS_ROOT, *master], gpus=False)
     worker = _pod(config, _container(config, "worker", ["/usr/sbin/sshd", "-De"]))
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": _meta(config),
             "spec": {"slotsPerWorker": ranks, "runPolicy": {"cleanPodPolicy": "Running"},
@@ -248,11 +461,50 @@ def mpijob(config: Any) -> dict:
 BUILDERS = {"pytorchjob": pytorchjob, "trainjob": trainjob, "jobset": jobset,
             "mpijob": mpijob}
 
+# The oldest release of each operator that serves every field its manifest uses, read from
+# the operator's own CRD at that tag (the tests validate against tests/fixtures/k8s/crds/):
+# - PyTorchJob: spec.nprocPerNode is first in kubeflow/training-operator
+#   manifests/base/crds/kubeflow.org_pytorchjobs.yaml at v1.7.0 (5525468b9057), not v1.6.0;
+#   Kubeflow Trainer v2 no longer serves PyTorchJob.
+# - TrainJob: spec.runtimePatches is first in kubeflow/trainer manifests/base/crds/
+#   trainer.kubeflow.org_trainjobs.yaml at v2.2.0 (dc7656ad878f); v2.1.0 has
+#   podTemplateOverrides, v2.0.0 podSpecOverrides.
+# - JobSet: jobset.x-k8s.io/v1alpha2 is first served by kubernetes-sigs/jobset
+#   config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml at v0.2.0 (034c8a2d0a37).
+# - MPIJob: kubeflow.org/v2beta1 is first in kubeflow/mpi-operator
+#   deploy/v2beta1/mpi-operator.yaml at v0.3.0 (db6930dcd509).
+REQUIRES = {
+    "pytorchjob": "Kubeflow Training Operator v1, >= v1.7.0 (PyTorchJob kubeflow.org/v1 with "
+                  "spec.nprocPerNode)",
+    "trainjob": "Kubeflow Trainer >= v2.2.0 (TrainJob trainer.kubeflow.org/v1alpha1 with "
+                "spec.runtimePatches)",
+    "jobset": "JobSet >= v0.2.0 (jobset.x-k8s.io/v1alpha2)",
+    "mpijob": "MPI Operator >= v0.3.0 (MPIJob kubeflow.org/v2beta1)",
+}
+REQUIRES_ANNOTATION = "slurmfabric/requires"
+# Launchers whose ranks are MPI processes: only an MPIJob starts them with mpirun.
+_MPI_LAUNCHERS = ("mpirun", "nccl-tests", "srun-pmix")
+_KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "jobset": "JobSet"}
+
+
+def _check_launcher(config: Any, target: str) -> None:
+    """Refuse a launcher that cannot run in the target's pods, pointing at one that can."""
+    kind = config.launcher.type
+    if target != "mpijob" and kind in _MPI_LAUNCHERS:
+        raise UsageError(
+            f"launcher.type {kind!r} starts MPI ranks, but a {_KINDS[target]} runs torchrun in "
+            "each pod: every worker would be a separate one-rank MPI program",
+            hint="render it with --target mpijob (the MPI Operator starts the ranks with "
+            "mpirun)")
+
 
 def build(config: Any, target: str) -> dict:
     if target not in BUILDERS:
         raise UsageError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
-    return BUILDERS[target](config)
+    _check_launcher(config, target)
+    manifest = BUILDERS[target](config)
+    manifest["metadata"]["annotations"] = {REQUIRES_ANNOTATION: REQUIRES[target]}
+    return manifest
 
 
 def to_yaml(value: Any, indent: int = 0) -> str:

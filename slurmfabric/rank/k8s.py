@@ -20,8 +20,11 @@ RankEnv's notes (tests/fixtures/k8s/ holds each operator's environment with its 
    ``JOB_COMPLETION_INDEX``): a node whose rank is that index, when the manifest gives
    ``MASTER_ADDR`` and ``NNODES`` (slurmfabric's rendered manifests do); else a clear error.
 
-The MPI Operator's ranks are MPI ranks (rankenv's ``mpi`` scope); their master is the first
-host of the launcher's hostfile (``mpi_master``).
+The MPI Operator's ranks are MPI ranks (rankenv's ``mpi`` scope). Open MPI starts them on
+the workers over ssh, with a fresh environment, so they see only what mpirun exports; a
+rendered MPIJob exports ``MASTER_ADDR`` (worker 0) with the NCCL and slurmfabric variables
+(``-x``, job/k8s.py). Without it the master is the first host of the launcher's hostfile
+(``mpi_master``), which only the launcher mounts.
 """
 
 from __future__ import annotations

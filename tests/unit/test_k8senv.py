@@ -146,3 +146,32 @@ def test_a_container_without_ipc_lock_is_told_what_to_add() -> None:
                        "limit)")
     assert locked_memory_problem("CapEff:\t00000000a80465fb\n", 65536) is None  # + IPC_LOCK
     assert locked_memory_problem(docker, -1) is None  # ulimit -l unlimited
+
+
+def test_ranks_of_a_rendered_mpijob_agree_on_their_master() -> None:
+    """A rank on a worker pod sees only what mpirun exported (ssh starts a fresh session):
+    the rendered launcher's -x list carries MASTER_ADDR (worker 0, rank 0's host), so every
+    rank, on any worker, gets the same master address and port without the hostfile, which
+    the workers do not mount."""
+    from slurmfabric.config import load_config
+    from slurmfabric.job import k8s as k8smanifest
+
+    repo = Path(__file__).resolve().parents[2]
+    config = load_config(str(repo / "examples" / "h100-fsdp.toml"),
+                         ["kubernetes.image=nvcr.io#nvidia/pytorch:25.08-py3"], "")
+    launcher = k8smanifest.build(config, "mpijob")["spec"]["mpiReplicaSpecs"]["Launcher"][
+        "template"]["spec"]["containers"][0]
+    values = {e["name"]: e["value"] for e in launcher["env"]}
+    command = launcher["command"]
+    exported = {command[i + 1]: values[command[i + 1]] for i, word in enumerate(command)
+                if word == "-x"}
+    got = []
+    for rank, local in ((0, 0), (9, 1), (127, 7)):
+        env = dict(recorded("env_mpijob_worker.txt"), **exported, SLURMFABRIC_NO_PLAN="1",
+                   OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="128",
+                   OMPI_COMM_WORLD_LOCAL_RANK=str(local), OMPI_COMM_WORLD_LOCAL_SIZE="8")
+        got.append(resolve(env))
+    assert {(r.master_addr, r.master_port) for r in got} == {
+        ("llama-fsdp-16n-worker-0.llama-fsdp-16n", got[0].master_port)}
+    assert [(r.scope, r.rank, r.world_size, r.nnodes) for r in got] == [
+        ("mpi", 0, 128, 16), ("mpi", 9, 128, 16), ("mpi", 127, 128, 16)]

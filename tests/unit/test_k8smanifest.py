@@ -9,9 +9,13 @@ To accept intended changes: SLURMFABRIC_UPDATE_GOLDEN=1 pytest tests/unit/test_k
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +40,7 @@ SETS = ["kubernetes.image=nvcr.io/nvidia/pytorch:24.07-py3",
         "kubernetes.namespace=ml"]
 
 
+@functools.cache
 def schema(target: str, version: str) -> dict:
     with gzip.open(CRDS / CRD_FILES[target], "rt", encoding="utf-8") as handle:
         crd = yaml.safe_load(handle)
@@ -155,3 +160,403 @@ def test_render_target_on_the_command_line(tmp_path) -> None:
                           "--set", "kubernetes.rdma_resource=rdma/has space"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "kubernetes.rdma_resource" in bad.stderr
+
+
+# --- issue 32: manifests that a cluster would run ------------------------------------------
+
+TORCH_TARGETS = ("pytorchjob", "trainjob", "jobset")
+
+
+def build(config_sets: list[str], target: str, toml: str = "h100-fsdp.toml") -> dict:
+    config = load_config(str(REPO / "examples" / toml), config_sets, "")
+    return yaml.safe_load(k8smanifest.to_yaml(k8smanifest.build(config, target)))
+
+
+def program_containers(manifest: dict) -> list[dict]:
+    """Every container that runs the job's code (TrainJob: the runtime patch's)."""
+    spec = manifest["spec"]
+    if manifest["kind"] == "PyTorchJob":
+        pods = [r["template"] for r in spec["pytorchReplicaSpecs"].values()]
+    elif manifest["kind"] == "MPIJob":
+        pods = [r["template"] for r in spec["mpiReplicaSpecs"].values()]
+    elif manifest["kind"] == "JobSet":
+        pods = [spec["replicatedJobs"][0]["template"]["spec"]["template"]]
+    else:
+        patch = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+        pods = [patch["replicatedJobs"][0]["template"]["spec"]["template"]]
+    return [(c, pod["spec"].get("volumes", [])) for pod in pods
+            for c in pod["spec"]["containers"]]
+
+
+def images(manifest: dict) -> set[str]:
+    if manifest["kind"] == "TrainJob":
+        return {manifest["spec"]["trainer"]["image"]}
+    return {c["image"] for c, _ in program_containers(manifest)}
+
+
+def validate(manifest: dict, target: str) -> None:
+    spec = schema(target, manifest["apiVersion"].split("/")[1])
+    assert [e.message for e in jsonschema.Draft7Validator(spec).iter_errors(manifest)] == []
+    assert unknown_fields(manifest, spec) == []
+
+
+@pytest.mark.parametrize(("given", "reference"), [
+    # pyxis README: --container-image=[USER@][REGISTRY#]IMAGE[:TAG]; enroot import
+    # docker://[USER@][REGISTRY#]IMAGE[:TAG] (doc/cmd/import.md), digests (src/docker.sh)
+    ("nvcr.io#nvidia/pytorch:25.08-py3", "nvcr.io/nvidia/pytorch:25.08-py3"),
+    ("docker://nvcr.io#nvidia/pytorch:25.08-py3", "nvcr.io/nvidia/pytorch:25.08-py3"),
+    ("docker://$oauthtoken@nvcr.io#nvidia/nemo:25.07", "nvcr.io/nvidia/nemo:25.07"),
+    ("localhost:5000#team/train:v1", "localhost:5000/team/train:v1"),
+    ("ubuntu:24.04", "ubuntu:24.04"),
+    ("docker://ghcr.io/org/trainer:1.2", "ghcr.io/org/trainer:1.2"),
+    ("nvcr.io#nvidia/pytorch@sha256:" + "ab" * 32, "nvcr.io/nvidia/pytorch@sha256:" + "ab" * 32),
+])
+@pytest.mark.parametrize("target", k8smanifest.TARGETS)
+def test_enroot_image_references_become_registry_references(given, reference, target) -> None:
+    manifest = build([f"program.container_image={given}", *SETS[1:]], target)
+    assert images(manifest) == {reference}
+    validate(manifest, target)
+    # kubernetes.image wins, and is translated the same way
+    manifest = build([f"kubernetes.image={given}", "program.container_image=other:1"], target)
+    assert images(manifest) == {reference}
+
+
+@pytest.mark.parametrize("given", ["/lustre/images/pytorch-25.08.sqsh", "./pytorch.sqsh",
+                                   "pytorch+25.08.squashfs", "dockerd://pytorch:latest",
+                                   "podman://localhost/train:1", "myregistry#team/img:1",
+                                   "nvcr.io#NVIDIA/PyTorch:25.08"])
+def test_images_without_a_pod_form_are_refused_naming_the_field(given) -> None:
+    for field in ("kubernetes.image", "program.container_image"):
+        with pytest.raises(k8smanifest.UsageError) as caught:
+            build([f"{field}={given}"], "pytorchjob")
+        error = caught.value
+        assert str(error).startswith(f"{field} {given!r}")
+        assert "kubernetes.image" in error.hint and "nvcr.io/nvidia/pytorch:" in error.hint
+
+
+def test_a_squashfs_image_is_refused_on_the_command_line(tmp_path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "slurmfabric", "render", "-c",
+                           str(REPO / "examples" / "h100-fsdp.toml"), "--target", "jobset",
+                           "--set", "program.container_image=/lustre/img/pt.sqsh"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "program.container_image '/lustre/img/pt.sqsh' is a squashfs file" in proc.stderr
+    assert "set kubernetes.image" in proc.stderr
+
+
+MOUNTS = ['program.container_mounts=["/lustre:/lustre:ro", "/data:/mnt/data:ro+rprivate+'
+          'x-create=dir", "/scratch", "tmpfs:/tmp/fast", "/home/alice/llm:/home/alice/llm:'
+          'rslave", "/data:/mnt/data2:"]', 'kubernetes.mount_claims={"/data" = "datasets/v2"}']
+
+
+@pytest.mark.parametrize("target", k8smanifest.TARGETS)
+def test_container_mounts_become_volumes_in_every_program_container(target) -> None:
+    manifest = build([*SETS, *MOUNTS], target)
+    validate(manifest, target)
+    for container, volumes in program_containers(manifest):
+        by_name = {v["name"]: v for v in volumes}
+        mounts = {m["mountPath"]: (m, by_name[m["name"]]) for m in container["volumeMounts"]}
+        mount, volume = mounts["/lustre"]
+        assert mount.get("readOnly") is True and volume["hostPath"] == {"path": "/lustre"}
+        mount, volume = mounts["/mnt/data"]
+        assert mount.get("readOnly") is True and mount["subPath"] == "v2"
+        assert volume["persistentVolumeClaim"] == {"claimName": "datasets"}
+        mount, volume = mounts["/scratch"]
+        assert "readOnly" not in mount and volume["hostPath"] == {"path": "/scratch"}
+        assert mounts["/tmp/fast"][1]["emptyDir"] == {"medium": "Memory"}
+        mount, volume = mounts["/home/alice/llm"]
+        assert mount["mountPropagation"] == "HostToContainer"
+        mount, volume = mounts["/mnt/data2"]  # a second mount of a claimed source
+        assert volume["persistentVolumeClaim"] == {"claimName": "datasets"}
+        assert "readOnly" not in mount  # "SRC:DST:" has no flags, as in pyxis
+    if target == "pytorchjob":  # the health gate may read its config from a mount too
+        init = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+            "initContainers"][0]
+        assert {m["mountPath"] for m in init["volumeMounts"]} >= {"/lustre", "/mnt/data"}
+
+
+@pytest.mark.parametrize(("sets", "says"), [
+    (['program.container_mounts=["/lustre:/lustre:noexec"]'], "flag 'noexec' has no"),
+    (['program.container_mounts=["umount:/opt/hpcx"]'], "the source 'umount' has no"),
+    (['program.container_mounts=["/lustre:data"]'], "the target 'data' is relative"),
+    (['program.container_mounts=["/lustre"]', "kubernetes.host_path_mounts=false"],
+     "kubernetes.mount_claims has no claim for '/lustre'"),
+    (['program.container_mounts=["/lustre"]', 'kubernetes.mount_claims={"/lustre/" = "l"}'],
+     "kubernetes.mount_claims: '/lustre/' is not the source"),
+    (['launcher.srun_args=["--container-mounts=/lustre:/lustre"]'],
+     "launcher.srun_args --container-mounts: a pod has no srun"),
+])
+def test_mounts_without_a_volume_form_are_refused_not_dropped(sets, says) -> None:
+    for target in k8smanifest.TARGETS:
+        with pytest.raises(k8smanifest.UsageError, match=says) as caught:
+            build([*SETS, *sets], target)
+        assert caught.value.hint
+
+
+def test_mount_claims_are_checked_when_the_config_loads() -> None:
+    from slurmfabric.errors import ConfigError
+
+    for value in ('{"lustre" = "pvc"}', '{"/lustre" = "Not_A_Name"}',
+                  '{"/lustre" = "pvc/../etc"}'):
+        with pytest.raises(ConfigError, match="kubernetes.mount_claims"):
+            load_config(str(REPO / "examples" / "h100-fsdp.toml"),
+                        [f"kubernetes.mount_claims={value}"], "")
+
+
+def launcher_container(manifest: dict) -> dict:
+    return manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+
+
+def exported(command: list[str]) -> list[str]:
+    return [command[i + 1] for i, word in enumerate(command) if word == "-x"]
+
+
+def test_mpijob_keeps_mpirun_args_and_exports_every_rank_variable() -> None:
+    manifest = build([*SETS, 'launcher.mpirun_args=["--mca", "pml", "ucx", "--report-bindings"]',
+                      "fabric.nccl.NCCL_IB_TC=106", "launcher.rendezvous.port=29600"],
+                     "mpijob")
+    launcher = launcher_container(manifest)
+    command = launcher["command"]
+    head = command[:command.index("slurmfabric")]
+    assert head[-4:] == ["--mca", "pml", "ucx", "--report-bindings"]
+    names = {e["name"] for e in launcher["env"]} - {"OMPI_ALLOW_RUN_AS_ROOT",
+                                                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}
+    assert set(exported(head)) == names
+    assert {"NCCL_NET", "NCCL_IB_TC", "SLURMFABRIC_FABRIC_TYPE", "SLURMFABRIC_PORT_RANGE",
+            "SLURMFABRIC_PORT", "MASTER_ADDR", "OMP_NUM_THREADS"} <= names
+    env = {e["name"]: e["value"] for e in launcher["env"]}
+    assert env["MASTER_ADDR"] == "llama-fsdp-16n-worker-0.llama-fsdp-16n"
+    assert "--bind-to" in head  # launch binds each rank; mpirun binds nothing
+    bound = build([*SETS, 'launcher.mpirun_args=["--bind-to", "core"]'], "mpijob")
+    head = launcher_container(bound)["command"]
+    assert head.count("--bind-to") == 1 and head[head.index("--bind-to") + 1] == "core"
+
+
+def test_mpijob_ranks_get_every_variable_under_real_open_mpi(tmp_path) -> None:
+    """The rendered launcher command, unchanged, under this machine's Open MPI. On the
+    cluster mpirun reaches each worker pod over ssh, whose session starts with a fresh
+    environment; here the launch agent (--mca plm_rsh_agent, set as OMPI_MCA_plm_rsh_agent)
+    is a script that ignores the host name and runs the remote command under 'env -i' with
+    only PATH and HOME, as sshd would. So a variable reaches a rank only when mpirun exports
+    it: "-x <env>: Export the specified environment variables to the remote nodes before
+    executing the program" (Open MPI mpirun(1)). The 'slurmfabric' on the agent's PATH
+    stands in for the image's."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or not shutil.which("orted"):
+        pytest.skip("Open MPI's mpirun is not installed")
+    probe, out = tmp_path / "probe.py", tmp_path / "ranks"
+    out.mkdir()
+    probe.write_text("import json, os, sys\n"
+                     "rank = os.environ['OMPI_COMM_WORLD_RANK']\n"
+                     "with open(os.path.join(sys.argv[1], rank), 'w') as handle:\n"
+                     "    json.dump(dict(os.environ), handle)\n")
+    config = tmp_path / "job.toml"
+    config.write_text(f"""
+[job]
+name = "probe"
+nodes = 2
+gpus_per_node = 0
+ntasks_per_node = 2
+[launcher]
+type = "mpirun"
+mpirun_args = ["--mca", "btl", "self,tcp"]
+[launcher.rendezvous]
+port_range = [31000, 31999]
+[program]
+command = [{json.dumps(sys.executable)}, {json.dumps(str(probe))}, {json.dumps(str(out))}]
+env = {{ SLURMFABRIC_NO_PLAN = "1", PROBE_MARK = "two words" }}
+[fabric]
+type = "roce"
+nccl = {{ NCCL_IB_GID_INDEX = "3", NCCL_IB_TC = "106", NCCL_SOCKET_IFNAME = "eth0" }}
+[kubernetes]
+image = "nvcr.io#nvidia/pytorch:25.08-py3"
+namespace = "ml"
+""")
+    job = k8smanifest.build(load_config(str(config), [], ""), "mpijob")
+    launcher = launcher_container(job)
+    assert job["spec"]["slotsPerWorker"] == 2
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "slurmfabric"
+    shim.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} PYTHONPYCACHEPREFIX="
+                    f"{os.environ.get('PYTHONPYCACHEPREFIX', tmp_path / 'pyc')} "
+                    f'exec {sys.executable} -m slurmfabric "$@"\n')
+    agent = tmp_path / "ssh-stand-in"
+    agent.write_text('#!/bin/sh\n# [options] host command...: like ssh into a worker pod\n'
+                     'while [ "${1#-}" != "$1" ]; do shift; done\nshift\n'
+                     f'pod=$(mktemp -d {tmp_path}/pod.XXXXXX)  # its own /tmp, as a pod has\n'
+                     f'exec env -i PATH={bin_dir}:/usr/bin:/bin HOME={tmp_path} '
+                     'TMPDIR="$pod" /bin/sh -c "$*"\n')
+    for script in (shim, agent):
+        script.chmod(0o755)
+    # The operator's hostfile (SOURCES.md 4.3): <job>-worker-<i>.<job>.<ns>.svc slots=N
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("probe-worker-0.probe.ml.svc slots=2\n"
+                        "probe-worker-1.probe.ml.svc slots=2\n")
+
+    def run(command: list[str]) -> list[dict]:
+        for old in out.iterdir():
+            old.unlink()
+        env = {e["name"]: e["value"] for e in launcher["env"]}
+        launcher_tmp = tmp_path / "launcher-tmp"
+        launcher_tmp.mkdir(exist_ok=True)
+        env.update(PATH=os.environ["PATH"], HOME=str(tmp_path), TMPDIR=str(launcher_tmp),
+                   OMPI_MCA_plm_rsh_agent=str(agent),
+                   OMPI_MCA_orte_default_hostfile=str(hostfile),
+                   OMPI_MCA_routed="direct")  # all "hosts" are this one machine
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return [json.loads(path.read_text()) for path in sorted(out.iterdir())]
+
+    command = launcher["command"]
+    assert command[0] == "mpirun" and "--mca" in command  # mpirun_args kept
+    ranks = run(command)
+    assert sorted(int(r["OMPI_COMM_WORLD_RANK"]) for r in ranks) == [0, 1, 2, 3]
+    for rank in ranks:
+        assert rank["NCCL_IB_GID_INDEX"] == "3" and rank["NCCL_IB_TC"] == "106"
+        assert rank["NCCL_SOCKET_IFNAME"] == "eth0" and rank["NCCL_NET"] == "IB"
+        assert rank["SLURMFABRIC_FABRIC_TYPE"] == "roce"
+        assert rank["SLURMFABRIC_PORT_RANGE"] == "31000-31999"
+        assert rank["PROBE_MARK"] == "two words"
+        assert rank["MASTER_ADDR"] == "probe-worker-0.probe"
+        assert rank["RANK"] == rank["OMPI_COMM_WORLD_RANK"] and rank["WORLD_SIZE"] == "4"
+    # The stand-in does start ranks clean: without the -x exports (MASTER_ADDR aside, which
+    # 'launch' needs) no NCCL or slurmfabric variable reaches a rank.
+    bare = [w for i, w in enumerate(command) if not (
+        (w == "-x" and command[i + 1] != "MASTER_ADDR")
+        or (i and command[i - 1] == "-x" and w != "MASTER_ADDR"))]
+    for rank in run(bare):
+        assert not {"NCCL_IB_GID_INDEX", "NCCL_IB_TC", "SLURMFABRIC_FABRIC_TYPE",
+                    "PROBE_MARK"} & set(rank)
+
+
+NCCL_TESTS = ["kubernetes.image=nvcr.io#nvidia/pytorch:25.08-py3",
+              "launcher.nccl_tests.gpus_per_rank=2",
+              'launcher.mpirun_args=["-x", "LD_LIBRARY_PATH"]']
+
+
+def test_nccl_tests_renders_as_the_mpi_operator_example_shapes_it() -> None:
+    """kubeflow/mpi-operator examples/v2beta1/nccl-tests/nccl-tests.yaml (@6dcc0f73e9dc):
+    a launcher without GPUs running mpirun ... -bind-to none -x ... <op>_perf, workers with
+    the GPUs and a memory-backed /dev/shm running sshd, slotsPerWorker ranks per worker."""
+    config = load_config(str(REPO / "examples" / "nccl-tests-sweep.toml"), NCCL_TESTS, "")
+    manifest = yaml.safe_load(k8smanifest.to_yaml(k8smanifest.build(config, "mpijob")))
+    validate(manifest, "mpijob")
+    spec = manifest["spec"]
+    assert spec["slotsPerWorker"] == 4 and spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    launcher = launcher_container(manifest)
+    assert "resources" not in launcher
+    assert launcher["command"][:2] == ["/bin/sh", "-ec"]
+    runs = [shlex.split(line) for line in launcher["command"][2].splitlines()]
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
+    assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in worker["containers"][0]["volumeMounts"]
+    # one mpirun per op, each the sbatch script's nccl-tests argv, under 'slurmfabric launch'
+    from slurmfabric.job.render import render_sbatch
+
+    script = render_sbatch(config)
+    sbatch_runs = [shlex.split(line.split("launch --mode srun -- ", 1)[1].rstrip("\\ ")
+                               + " " + script.splitlines()[i + 1].strip())
+                   for i, line in enumerate(script.splitlines())
+                   if "launch --mode srun -- " in line and "_perf" in line]
+    assert len(sbatch_runs) == len(runs) == 4
+    for run, expected in zip(runs, sbatch_runs):
+        assert run[0] == "mpirun" and run[1:3] == ["-np", "8"]
+        assert run[run.index("--") + 1:] == expected
+        head = run[:run.index("slurmfabric")]
+        assert head[-2:] == ["-x", "LD_LIBRARY_PATH"] and "NCCL_DEBUG" in exported(head)
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "srun-pmix", "nccl-tests"])
+@pytest.mark.parametrize("target", TORCH_TARGETS)
+def test_mpi_launchers_are_refused_for_torchrun_targets_with_a_hint_that_leads_on(
+        launcher, target) -> None:
+    sets = [*SETS, f"launcher.type={launcher}"]
+    if launcher == "nccl-tests":
+        sets.append("program.command=[]")
+    with pytest.raises(k8smanifest.UsageError, match=f"launcher.type '{launcher}' starts MPI"
+                       ) as caught:
+        build(sets, target)
+    hint = caught.value.hint
+    assert "--target mpijob" in hint and "program.command" not in hint
+    build(sets, "mpijob")  # following the hint renders
+
+
+def sbatch_workers(config) -> int:
+    """Workers per node as the sbatch script starts them."""
+    from slurmfabric.job.render import render_sbatch
+
+    script = render_sbatch(config)
+    for pattern in (r"--nproc-per-node=(\d+)", r"--map-by ppr:(\d+):node",
+                    r'--nodes="\$SLURM_NNODES" --ntasks-per-node=(\d+)'):
+        found = re.search(pattern, script)
+        if found:
+            return int(found.group(1))
+    raise AssertionError("no worker count in the script")
+
+
+@pytest.mark.parametrize("sets", [
+    [],
+    ["job.gpus_per_node=0", "launcher.nproc_per_node=4", "job.ntasks_per_node=1"],
+    ["launcher.type=srun"],
+    ["launcher.type=srun", "job.gpus_per_node=0", "job.ntasks_per_node=6"],
+    ["launcher.type=mpirun", "job.ntasks_per_node=8"],
+    ["launcher.type=nccl-tests", "program.command=[]", "launcher.nccl_tests.gpus_per_rank=4"],
+])
+def test_workers_per_pod_equal_the_sbatch_scripts(sets) -> None:
+    config = load_config(str(REPO / "examples" / "h100-fsdp.toml"), [*SETS, *sets], "")
+    workers = sbatch_workers(config)
+    targets = ["mpijob"] if config.launcher.type in ("mpirun", "nccl-tests") \
+        else k8smanifest.TARGETS
+    for target in targets:
+        manifest = k8smanifest.build(config, target)
+        spec = manifest["spec"]
+        if target == "pytorchjob":
+            assert spec["nprocPerNode"] == str(workers)
+        elif target == "trainjob":
+            assert spec["trainer"]["numProcPerNode"] == workers
+        elif target == "jobset":
+            env = spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+                "containers"][0]["env"]
+            assert {"name": "NPROC_PER_NODE", "value": str(workers)} in env
+        else:
+            assert spec["slotsPerWorker"] == workers
+            assert launcher_container(manifest)["command"][1:3] == ["-np", str(16 * workers)]
+
+
+def test_each_manifest_names_the_operator_release_it_needs() -> None:
+    wanted = {"pytorchjob": ("Training Operator", "v1.7.0"),
+              "trainjob": ("Kubeflow Trainer", "v2.2.0"), "jobset": ("JobSet", "v0.2.0"),
+              "mpijob": ("MPI Operator", "v0.3.0")}
+    for target, (operator, version) in wanted.items():
+        text = k8smanifest.to_yaml(k8smanifest.build(
+            load_config(str(REPO / "examples" / "h100-fsdp.toml"), SETS, ""), target))
+        note = yaml.safe_load(text)["metadata"]["annotations"]["slurmfabric/requires"]
+        assert operator in note and f">= {version}" in note
+
+
+def test_pods_get_the_scripts_nccl_exports_for_the_fabric_type() -> None:
+    """fabric.type's meaning (plan/contract.py) reaches the pods as it reaches the script."""
+    for target in k8smanifest.TARGETS:
+        manifest = build([*SETS, "fabric.type=tcp", "fabric.nccl.NCCL_NET=Socket"], target)
+        env = manifest["spec"]["trainer"]["env"] if target == "trainjob" else \
+            program_containers(manifest)[0][0]["env"]
+        values = {e["name"]: e["value"] for e in env}
+        assert values["NCCL_IB_DISABLE"] == "1" and values["SLURMFABRIC_FABRIC_TYPE"] == "tcp"
+        assert values["SLURMFABRIC_PORT_RANGE"] == "29500-30499"
+
+
+def test_a_trainjob_needs_trainer_2_2_as_its_annotation_says() -> None:
+    """Trainer v2.2.0's CRD serves every field of a rendered TrainJob; v2.1.0's lacks
+    spec.runtimePatches (crds/SOURCES.md, section 5), so the minimum is tight."""
+    manifest = build([*SETS, *MOUNTS], "trainjob")
+    assert ">= v2.2.0" in manifest["metadata"]["annotations"]["slurmfabric/requires"]
+    for tag, unknown in (("v2.2.0", []), ("v2.1.0", [".spec.runtimePatches"])):
+        path = CRDS / f"trainer.kubeflow.org_trainjobs.{tag}.yaml.gz"
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            crd = yaml.safe_load(handle)
+        (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+        spec = served["schema"]["openAPIV3Schema"]
+        assert list(jsonschema.Draft7Validator(spec).iter_errors(manifest)) == []
+        assert unknown_fields(manifest, spec) == unknown, tag

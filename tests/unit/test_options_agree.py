@@ -12,6 +12,7 @@ is the same as --X from sbatch"; --gpus-per-node goes to gres_per_node, as they 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,10 @@ def k8s_shape(manifest: dict) -> tuple[int, int]:
     workers = spec["mpiReplicaSpecs"]["Worker"]["replicas"]
     command = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
         "command"]
-    assert int(command[command.index("-np") + 1]) == workers * spec["slotsPerWorker"]
+    runs = [shlex.split(line) for line in command[2].splitlines()] \
+        if command[:2] == ["/bin/sh", "-ec"] else [command]  # one mpirun per nccl-tests op
+    for run in runs:
+        assert int(run[run.index("-np") + 1]) == workers * spec["slotsPerWorker"]
     return workers, spec["slotsPerWorker"]
 
 
@@ -147,14 +151,15 @@ def test_sbatch_pyslurm_and_kubernetes_describe_the_same_job(example, sets) -> N
     SEEN_ROWS.update(opts)
 
     nodes, workers = int(str(opts["nodes"])), script_workers(script, opts)
-    if config.launcher.type == "nccl-tests":  # no program to run in a pod: refused
-        with pytest.raises(UsageError, match="program.command is empty"):
-            k8s.build(load_config(str(REPO / "examples" / example),
-                                  [*sets, "kubernetes.image=img"], ""), "pytorchjob")
-        return
     k8s_config = load_config(str(REPO / "examples" / example),
                              [*sets, "kubernetes.image=img"], "")
     for target in k8s.TARGETS:
+        if config.launcher.type in ("mpirun", "srun-pmix", "nccl-tests") \
+                and target != "mpijob":  # MPI ranks: only an MPIJob starts them
+            with pytest.raises(UsageError, match="starts MPI ranks") as caught:
+                k8s.build(k8s_config, target)
+            assert "--target mpijob" in str(caught.value.hint)
+            continue
         assert k8s_shape(k8s.build(k8s_config, target)) == (nodes, workers), target
 
 
