@@ -1,10 +1,11 @@
-"""``slurmfabric jobs status|logs|wait|cancel|list``: follow what ``submit`` started.
+"""``slurmfabric jobs status|logs|wait|cancel|list|diagnose``: follow what ``submit`` started.
 
     slurmfabric jobs status JOB [--json]     state, reason, nodes, elapsed, restarts; why it failed
     slurmfabric jobs logs JOB [--rank N] [--tail N] [--follow]
     slurmfabric jobs wait JOB [--timeout S]  exit 0 only when the job COMPLETED
     slurmfabric jobs cancel JOB [--signal SIG]
     slurmfabric jobs list [--json]           the jobs submit recorded
+    slurmfabric jobs diagnose JOB [--json]   every rank's stack: who the others wait for
 
 JOB is ``123``, ``123;cluster``, ``123_4`` (array task) or ``123+1`` (het component).
 """
@@ -43,6 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--signal", help="send this signal instead of cancelling, e.g. USR2")
     listing = sub.add_parser("list", help="the jobs submit recorded, newest last")
     listing.add_argument("--json", action="store_true")
+    diag = sub.add_parser("diagnose", help="a running job: every rank's Python stack (py-spy, "
+                          "one srun --overlap step); names the ranks the others wait for")
+    diag.add_argument("job")
+    diag.add_argument("--json", action="store_true")
+    diag.add_argument("--timeout", type=number(1, 3600, integer=True), default=60,
+                      help="seconds for the collector step (default 60)")
+    diag.add_argument("--progress-dir", help="the ranks' heartbeat directory on each node "
+                      "(default: the ranks' SLURMFABRIC_PROGRESS_DIR)")
+    diag.add_argument("--flight-prefix", help="PyTorch flight recorder dump prefix on each "
+                      "node (default: the ranks' TORCH_FR_DUMP_TEMP_FILE / "
+                      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE, else /tmp/nccl_trace_rank_)")
     return p
 
 
@@ -96,6 +108,14 @@ def main(argv: list[str]) -> int:
             print(f"{r.key:<14} {stamp}  {r.name:<24} {r.workdir}")
         return 0
     job = Job.from_text(args.job)
+    if args.action == "diagnose":
+        from slurmfabric.progress.diagnose import diagnose
+
+        result = diagnose(job.job_id, job.cluster, timeout=args.timeout,
+                          progress_dir=args.progress_dir, flight_prefix=args.flight_prefix)
+        print(json.dumps(result.to_dict(), indent=2, sort_keys=True) if args.json
+              else result.text())
+        return 0
     if args.action == "status":
         return _report(job, job.status(), args.json)
     if args.action == "wait":

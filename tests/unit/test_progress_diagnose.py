@@ -173,3 +173,31 @@ def test_the_collector_says_when_py_spy_is_missing(monkeypatch):
     assert ranks == [] and "pip install 'slurmfabric[diagnose]'" in node["error"]
     result = diagnose.analyse("0", [node])
     assert "py-spy is not installed" in result.text()
+
+
+def test_cli_runs_one_srun_step_and_prints_the_culprit(tmp_path, monkeypatch):
+    frames = [{"name": "all_reduce", "file": "/v/torch/distributed/distributed_c10d.py",
+               "line": 3}, {"name": "train", "file": "/w/train.py", "line": 40}]
+    lines = [{"kind": "rank", "rank": r, "pid": 100 + r, "host": f"n{r // 2}", "state": "S",
+              "world": "4", "threads": [{"name": "MainThread", "frames": frames}]}
+             for r in (0, 1, 3)]
+    lines.append({"kind": "rank", "rank": 2, "pid": 102, "host": "n1", "state": "D",
+                  "world": "4", "threads": [{"name": "MainThread", "frames": [
+                      {"name": "read", "file": "/w/data.py", "line": 7}]}]})
+    (tmp_path / "out").write_text("".join(f"{i % 2}: {json.dumps(x)}\n"
+                                          for i, x in enumerate(lines)))
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text('#!/bin/sh\nprintf "%s\\n" "$*" > "$FAKE_DIR/argv"\ncat "$FAKE_DIR/out"\n')
+    srun.chmod(0o755)
+    env = {**os.environ, "PATH": f"{srun.parent}:{os.environ['PATH']}",
+           "FAKE_DIR": str(tmp_path), "SLURMFABRIC_JOBS_DIR": str(tmp_path / "records")}
+    run = [sys.executable, "-m", "slurmfabric", "jobs", "diagnose", "5;c2"]
+    text = subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout
+    assert "culprit: rank 2 on n1 (pid 102): process in uninterruptible sleep" in text
+    assert "at read (data.py:7)" in text
+    assert (tmp_path / "argv").read_text().startswith(
+        "--overlap --jobid=5 --clusters=c2 --ntasks-per-node=1")
+    data = json.loads(subprocess.run([*run, "--json"], env=env, capture_output=True,
+                                     text=True, check=True).stdout)
+    assert [(c["rank"], c["state"]) for c in data["culprits"]] == [(2, "D")]
