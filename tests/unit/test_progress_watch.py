@@ -150,3 +150,19 @@ def test_a_rank_slowed_30_percent_is_reported_within_60_s():
 def test_a_rank_slowed_5_percent_is_not_reported():
     found, _ = replay(1800, slow_rank=5, slow_from=600.0, factor=1.05)
     assert found == []
+
+
+def test_the_docs_loop_runs_as_written(beat_dir):
+    import readme_examples
+
+    code = readme_examples.block_with("with progress.compute():", "docs/progress.md", "python")
+
+    class Optimizer:
+        def step(self):
+            pass
+
+    namespace = {"loader": range(4), "model": lambda batch: batch * 2,
+                 "optimizer": Optimizer()}
+    exec(compile(code, "docs/progress.md", "exec"), namespace)  # noqa: S102
+    beat = read_beats(str(beat_dir))[3]
+    assert (beat.step, beat.phase, beat.timed) == (4, "step", 4)
