@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from cleanenv import clean_env
 
+import slurmfabric
 from slurmfabric.config import load_config
 from slurmfabric.config.models import time_limit_seconds
 from slurmfabric.errors import ConfigError
@@ -419,3 +420,18 @@ def test_history_command_prints_json(tmp_path: Path) -> None:
     empty = subprocess.run([sys.executable, "-m", "slurmfabric", "resume", "history",
                             str(tmp_path / "none")], capture_output=True, text=True)
     assert empty.returncode == 1 and "no restart record" in empty.stderr
+
+
+def test_hang_and_slow_are_events_with_their_thresholds() -> None:
+    config = slurmfabric.JobConfig.from_dict({
+        "job": {"name": "x", "nodes": 2, "ntasks_per_node": 2},
+        "program": {"command": ["python", "t.py"]},
+        "launcher": {"type": "srun", "resume": {"events": ["hang", "slow"],
+                                                 "hang_timeout": 60, "slow_ratio": 1.2}}})
+    resume = config.launcher.resume
+    assert (resume.events, resume.hang_timeout, resume.slow_ratio) == (["hang", "slow"], 60, 1.2)
+    with pytest.raises(ConfigError, match=r"launcher\.resume\.hang_timeout"):
+        slurmfabric.JobConfig.from_dict({
+            "job": {"name": "x", "nodes": 2, "ntasks_per_node": 2},
+            "program": {"command": ["python", "t.py"]},
+            "launcher": {"type": "srun", "resume": {"events": ["hang"], "hang_timeout": 1}}})
