@@ -166,3 +166,21 @@ def test_the_docs_loop_runs_as_written(beat_dir):
     exec(compile(code, "docs/progress.md", "exec"), namespace)  # noqa: S102
     beat = read_beats(str(beat_dir))[3]
     assert (beat.step, beat.phase, beat.timed) == (4, "step", 4)
+
+
+def test_the_helper_imports_nothing_but_itself_and_the_standard_library():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cleanenv import clean_env
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys, slurmfabric.progress as p; p.step(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('slurmfabric', 'pydantic', 'jinja2', 'psutil', 'torch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=clean_env(PYTHONPATH=str(root),
+                                                   PATH=os.environ.get("PATH", "")))
+    assert out.stdout.strip() == "['slurmfabric', 'slurmfabric.progress']"
