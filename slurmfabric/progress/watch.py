@@ -274,3 +274,22 @@ def prom_text(watch: Watch, beats: dict[int, Beat], job: str, now: float) -> str
               "# TYPE slurmfabric_progress_hang gauge",
               f"slurmfabric_progress_hang{prom.labels(job=job)} {int(watch.hung)}"]
     return "\n".join(lines) + "\n"
+
+
+def observe(directory: str, seconds: float, every: float = 5.0, watch: Watch | None = None,
+            clock=None, sleep=None) -> tuple[Watch, dict[int, Beat], list[Finding]]:
+    """Watch ``directory`` for ``seconds`` (one look every ``every``): what ``jobs
+    stragglers`` prints. Returns the watch (its per-rank ratios), the last beats and every
+    finding."""
+    import time
+
+    clock, sleep = clock or time.time, sleep or time.sleep
+    watch = watch or Watch(window=max(every * 4, min(seconds, 40.0)))
+    found: list[Finding] = []
+    end = clock() + seconds
+    while True:
+        beats = read_beats(directory)
+        found += watch.observe(beats, clock())
+        if clock() + every > end:
+            return watch, beats, found
+        sleep(every)

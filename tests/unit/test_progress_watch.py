@@ -184,3 +184,45 @@ def test_the_helper_imports_nothing_but_itself_and_the_standard_library():
                          check=True, env=clean_env(PYTHONPATH=str(root),
                                                    PATH=os.environ.get("PATH", "")))
     assert out.stdout.strip() == "['slurmfabric', 'slurmfabric.progress']"
+
+
+def test_stragglers_command_names_the_slow_rank(tmp_path):
+    """``jobs stragglers`` over beats that a stand-in job writes as the clock advances:
+    rank 1 computes 30% longer per step than ranks 0, 2, 3."""
+    from slurmfabric.commands import jobs
+    from slurmfabric.progress import watch as watch_module
+
+    now = [1000.0]
+    sums = [0.0] * 4
+
+    def write(step):
+        for r in range(4):
+            sums[r] += 0.5 * (1.3 if r == 1 else 1.0) * (1 + 0.02 * ((step * (r + 3)) % 5 - 2))
+            (tmp_path / f"rank-{r}.beat").write_text(json.dumps({
+                "rank": r, "step": step, "phase": "step", "time": now[0], "host": f"n{r // 2}",
+                "compute_sum": sums[r], "timed": step, "pid": 50 + r}))
+
+    step = [0]
+
+    def sleep(seconds):
+        for _ in range(int(seconds)):
+            now[0] += 1.0
+            step[0] += 1
+            write(step[0])
+
+    sleep(1)
+    real = watch_module.observe
+    watch_module.observe = lambda *a, **k: real(*a, **k, clock=lambda: now[0], sleep=sleep)
+    try:
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            jobs.main(["stragglers", "12", "--progress-dir", str(tmp_path), "--seconds", "60"])
+    finally:
+        watch_module.observe = real
+    text = out.getvalue()
+    assert "slurmfabric: slow: compute time per step" in text
+    assert "rank 1 on n0 (pid 51" in text and "rank 0 on n0 (pid 50" not in text
+    assert "rank 1 on n0 (gpu ?): step 61, 0.6500 s compute/step" in text and "1.30x peers" in text
