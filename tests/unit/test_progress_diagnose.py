@@ -42,7 +42,7 @@ def start_ranks(tmp_path: Path, job: str, extra: dict[int, list[str]]) -> list[s
     return procs
 
 
-def wait_for(predicate, what: str, procs, timeout: float = 25.0) -> None:
+def wait_for(predicate, what: str, procs, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
