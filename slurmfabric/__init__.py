@@ -9,7 +9,8 @@ first access through ``__getattr__`` (PEP 562).
 Where each concern lives: job/ (launch: options, render, submit, follow, Kubernetes),
 rank/ (run: each rank's environment), topology/ and plan/ (the node and its NCCL plan),
 health/ (prolog and epilog checks), nccl/, pairsweep/, ibaudit/, roce/, whatif/ (guard and
-validation), restart/ (jobs that survive failures), site/ (cluster-wide hooks), slurm/ (the
+validation), restart/ (jobs that survive failures), progress/ (heartbeats, hang and
+straggler detection, stack diagnosis of a running job), site/ (cluster-wide hooks), slurm/ (the
 Slurm command layer), config/, testbed/, commands/ (the CLI: parse and print only).
 """
 
@@ -34,6 +35,7 @@ _LAZY = {
     "Checkpoints": "slurmfabric.restart:Checkpoints",
     "save_requested": "slurmfabric.restart:save_requested",
     "restart_count": "slurmfabric.restart:restart_count",
+    "heartbeat": "slurmfabric.progress:step",
 }
 
 

@@ -1,10 +1,12 @@
-"""``slurmfabric jobs status|logs|wait|cancel|list``: follow what ``submit`` started.
+"""``slurmfabric jobs status|logs|wait|cancel|list|diagnose|stragglers``: follow jobs.
 
     slurmfabric jobs status JOB [--json]     state, reason, nodes, elapsed, restarts; why it failed
     slurmfabric jobs logs JOB [--rank N] [--tail N] [--follow]
     slurmfabric jobs wait JOB [--timeout S]  exit 0 only when the job COMPLETED
     slurmfabric jobs cancel JOB [--signal SIG]
     slurmfabric jobs list [--json]           the jobs submit recorded
+    slurmfabric jobs diagnose JOB [--json]   every rank's stack: who the others wait for
+    slurmfabric jobs stragglers JOB --progress-dir DIR [--seconds S] [--json]
 
 JOB is ``123``, ``123;cluster``, ``123_4`` (array task) or ``123+1`` (het component).
 """
@@ -43,7 +45,53 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--signal", help="send this signal instead of cancelling, e.g. USR2")
     listing = sub.add_parser("list", help="the jobs submit recorded, newest last")
     listing.add_argument("--json", action="store_true")
+    diag = sub.add_parser("diagnose", help="a running job: every rank's Python stack (py-spy, "
+                          "one srun --overlap step); names the ranks the others wait for")
+    diag.add_argument("job")
+    diag.add_argument("--json", action="store_true")
+    diag.add_argument("--timeout", type=number(1, 3600, integer=True), default=60,
+                      help="seconds for the collector step (default 60)")
+    diag.add_argument("--progress-dir", help="the ranks' heartbeat directory on each node "
+                      "(default: the ranks' SLURMFABRIC_PROGRESS_DIR)")
+    diag.add_argument("--flight-prefix", help="PyTorch flight recorder dump prefix on each "
+                      "node (default: the ranks' TORCH_FR_DUMP_TEMP_FILE / "
+                      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE, else /tmp/nccl_trace_rank_)")
+    slow = sub.add_parser("stragglers", help="watch the ranks' heartbeats for a while: each "
+                          "rank's compute per step against its peers; the slow and hung ones")
+    slow.add_argument("job")
+    slow.add_argument("--progress-dir", required=True, help="the job's heartbeat directory "
+                      "(the ranks' SLURMFABRIC_PROGRESS_DIR), readable from here")
+    slow.add_argument("--seconds", type=number(1, 86400), default=60,
+                      help="how long to watch (default 60)")
+    slow.add_argument("--hang-timeout", type=number(1, 86400), default=300)
+    slow.add_argument("--json", action="store_true")
     return p
+
+
+def _stragglers(args: argparse.Namespace) -> int:
+    from slurmfabric.progress.watch import Watch, observe
+
+    watch, beats, found = observe(args.progress_dir, args.seconds, watch=Watch(
+        timeout=args.hang_timeout, window=min(40.0, max(20.0, args.seconds))))
+    if args.json:
+        print(json.dumps({"job": args.job, "findings": [f.to_dict() for f in found],
+                          "ratios": {str(r): v for r, v in sorted(watch.ratios.items())},
+                          "compute_per_step": {str(r): v for r, v in
+                                               sorted(watch.per_step.items())}},
+                         indent=2, sort_keys=True))
+        return 0
+    print(f"job {args.job}: {len(beats)} rank(s) beating; watched {args.seconds:g} s")
+    for rank in sorted(beats):
+        b = beats[rank]
+        ratio = watch.ratios.get(rank)
+        print(f"  rank {rank} on {b.host or '?'} (gpu {b.gpu or '?'}): step {b.step}"
+              + (f", {watch.per_step[rank]:.4f} s compute/step, {ratio:.2f}x peers"
+                 if ratio is not None else ""))
+    for f in found:
+        print(f.log_line())
+    if not found:
+        print("no straggler or hang found")
+    return 0
 
 
 def _report(job, status, as_json: bool) -> int:
@@ -86,6 +134,8 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from slurmfabric.job.follow import Job, load_records
 
+    if args.action == "stragglers":
+        return _stragglers(args)
     if args.action == "list":
         records = load_records()
         if args.json:
@@ -96,6 +146,14 @@ def main(argv: list[str]) -> int:
             print(f"{r.key:<14} {stamp}  {r.name:<24} {r.workdir}")
         return 0
     job = Job.from_text(args.job)
+    if args.action == "diagnose":
+        from slurmfabric.progress.diagnose import diagnose
+
+        result = diagnose(job.job_id, job.cluster, timeout=args.timeout,
+                          progress_dir=args.progress_dir, flight_prefix=args.flight_prefix)
+        print(json.dumps(result.to_dict(), indent=2, sort_keys=True) if args.json
+              else result.text())
+        return 0
     if args.action == "status":
         return _report(job, job.status(), args.json)
     if args.action == "wait":

@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--script", help="the job script, resubmitted in chain mode")
     s.add_argument("--checkpoint-dir", default=os.environ.get("SLURMFABRIC_CHECKPOINT_DIR"),
                    help="default: $SLURMFABRIC_CHECKPOINT_DIR")
+    s.add_argument("--progress-dir", default=os.environ.get("SLURMFABRIC_PROGRESS_DIR", ""),
+                   help="the ranks' heartbeats (slurmfabric.progress): watched for hangs and "
+                   "slow ranks (default: $SLURMFABRIC_PROGRESS_DIR; empty: not watched)")
+    s.add_argument("--hang-timeout", type=number(10, 86400, integer=True), default=300)
+    s.add_argument("--slow-ratio", type=number(1, 10, low_open=True), default=1.10)
+    s.add_argument("--prom", default="", help="Prometheus textfile for the heartbeat findings")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- then the launch command")
     h = sub.add_parser("history", help="the restarts of a job, from its checkpoint directory")
     h.add_argument("directory")
@@ -74,7 +80,9 @@ def main(argv: list[str]) -> int:
         options = Options(events=args.events, max_restarts=int(args.max_restarts),
                           signal=args.signal, grace=int(args.grace), mode=args.mode,
                           keep=int(args.keep), launcher=args.launcher, script=args.script,
-                          checkpoint_dir=os.path.abspath(args.checkpoint_dir))
+                          checkpoint_dir=os.path.abspath(args.checkpoint_dir),
+                          progress_dir=args.progress_dir, hang_timeout=float(args.hang_timeout),
+                          slow_ratio=float(args.slow_ratio), prom=args.prom)
         return supervise(command, options)
     from slurmfabric.restart.report import format_history, history
 

@@ -320,6 +320,10 @@ class ResumeSection(Section):
     mode: Literal["requeue", "chain"] = "requeue"
     checkpoint_dir: Optional[str] = None  # default checkpoints/<job.name> in the workdir
     keep: int = Field(2, ge=1, le=1000)
+    # events hang / slow (slurmfabric.progress.watch): no rank advanced for hang_timeout
+    # seconds; a rank's compute per step at least slow_ratio x its peers' median
+    hang_timeout: int = Field(300, ge=10, le=86400)
+    slow_ratio: float = Field(1.10, gt=1.0, le=10.0)
 
     @field_validator("signal")
     @classmethod

@@ -34,8 +34,10 @@ if TYPE_CHECKING:
 
 __all__ = ["EVENTS", "Checkpoints", "checkpoint_dir", "restart_count", "save_requested"]
 
-# What a job can be made to survive ([launcher.resume] events).
-EVENTS = ("timeout", "preempt", "node_fail", "worker_fail")
+# What a job can be made to survive ([launcher.resume] events). hang and slow come from the
+# ranks' heartbeats (slurmfabric.progress): a hang past hang_timeout, a rank persistently
+# slow_ratio times slower than its peers.
+EVENTS = ("timeout", "preempt", "node_fail", "worker_fail", "hang", "slow")
 
 _PREFIX = "step-"
 

@@ -16,6 +16,13 @@ apart by Slurm's own signals and state, never by elapsed time
   the job on other nodes: Slurm schedules nothing on a DOWN node.
 - **worker_fail**: the launch exits non-zero on its own. torchrun has already restarted its
   workers (``--max-restarts``); any other launcher gets the job requeued.
+- **hang / slow**: with a progress directory (``--progress-dir``, the ranks'
+  ``SLURMFABRIC_PROGRESS_DIR``) the ranks' heartbeats are read every 5 s
+  (``restart.hang``). Every finding is printed into the job log and recorded; a hang runs
+  the stack diagnosis (``jobs diagnose``) to name the culprit rank and node. With the event
+  in ``--events``: a hang stops the launch, a slow rank first gets a checkpoint asked for,
+  then the job restarts without the culprit's node (``ExcNodeList`` before the requeue, or
+  ``--exclude`` for the chained successor).
 
 Restarts are counted by Slurm (``SLURM_RESTART_COUNT``) for requeues and by
 ``SLURMFABRIC_CHAIN_COUNT`` for chained successors. Past ``max_restarts`` the job stops with
@@ -33,7 +40,9 @@ import time
 from dataclasses import dataclass, field
 
 from slurmfabric.errors import SlurmCommandError
+from slurmfabric.progress.watch import Finding
 from slurmfabric.restart import Checkpoints, events
+from slurmfabric.restart.hang import Watcher, culprits
 from slurmfabric.slurm import cmd as slurmcmd
 
 BAD_NODE_FLAGS = {"NOT_RESPONDING", "DOWN", "FAIL", "FAILING", "DRAIN", "DRAINING",
@@ -54,6 +63,10 @@ class Options:
     launcher: str = "srun"
     script: str | None = None  # the job script, resubmitted in chain mode
     checkpoint_dir: str = ""
+    progress_dir: str = ""  # the ranks' heartbeats (slurmfabric.progress); empty: not watched
+    hang_timeout: float = 300.0
+    slow_ratio: float = 1.10
+    prom: str = ""  # Prometheus textfile of the heartbeat findings; empty: none
 
 
 @dataclass
@@ -98,6 +111,10 @@ class Supervisor:
         self.request = os.path.join(events.state_dir(options.checkpoint_dir), "save-request")
         self.flags: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
+        self.exclude: list[str] = []  # nodes the next start must not get
+        self.watcher = Watcher(options.progress_dir, job.job_id, options.hang_timeout,
+                               options.slow_ratio, options.prom) if options.progress_dir \
+            else None
 
     # -- the record ------------------------------------------------------------------------
 
@@ -149,6 +166,11 @@ class Supervisor:
         self._close_unrecorded()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.request)
+        if self.o.progress_dir:  # the last run's beats would read as a hang at once
+            with contextlib.suppress(OSError):
+                for name in os.listdir(self.o.progress_dir):
+                    if name.startswith("rank-") and name.endswith(".beat"):
+                        os.unlink(os.path.join(self.o.progress_dir, name))
         step = self._latest_step()
         self._log("start", nodes=self.job.nodes, from_step=step)
         where = f"resuming from checkpoint step {step}" if step is not None else \
@@ -174,6 +196,8 @@ class Supervisor:
                    SLURMFABRIC_SAVE_REQUEST=self.request,
                    SLURMFABRIC_CHECKPOINT_KEEP=str(self.o.keep),
                    SLURMFABRIC_RUN_ID=self.job.run)
+        if self.o.progress_dir:
+            env["SLURMFABRIC_PROGRESS_DIR"] = self.o.progress_dir
         return env
 
     def run(self) -> int:
@@ -200,6 +224,10 @@ class Supervisor:
                 continue
             if rc is not None:
                 return self._exited(rc)
+            for finding in self.watcher.poll() if self.watcher is not None else []:
+                result = self._finding(finding)
+                if result is not None:
+                    return result
 
     # -- the four ways a run ends ----------------------------------------------------------
 
@@ -295,6 +323,46 @@ class Supervisor:
         return self._continue_or_stop("worker_fail", f"launch exited {rc}", exit_code=rc,
                                       step_reached=reached, checkpoint_step=self._latest_step())
 
+    def _finding(self, finding: Finding) -> int | None:
+        """A hang or slow rank from the heartbeats: said and recorded always; acted on when
+        its event is in ``--events``. None: the launch keeps running."""
+        print(finding.log_line(), flush=True)
+        lines, nodes, data = culprits(finding, self.job.job_id, env=self.job.env)
+        for line in lines:
+            _say(line)
+        self._log("finding", kind=finding.kind, detail=finding.detail, ranks=finding.ranks,
+                  nodes=nodes, culprits=data.get("culprits"))
+        if finding.kind not in self.o.events:
+            return None
+        if finding.kind == "slow":  # still training: keep its progress
+            before = self._latest_step()
+            self._ask_checkpoint()
+            deadline = time.time() + max(5.0, self.o.grace - 20.0 - STOP_WAIT)
+            while time.time() < deadline and self.proc and self.proc.poll() is None:
+                latest = self._latest_step()
+                if latest is not None and (before is None or latest > before):
+                    break
+                time.sleep(0.2)
+        self._stop_child()
+        self.exclude = nodes
+        where = f"culprit node(s) {', '.join(nodes)}" if nodes else "culprit node unknown"
+        return self._continue_or_stop(finding.kind, f"{finding.detail}; {where}",
+                                      nodes=nodes, step_reached=self._reached(),
+                                      checkpoint_step=self._latest_step())
+
+    def _exclude_on_requeue(self) -> None:
+        """The job's ExcNodeList plus the culprits, set before the requeue: the requeued
+        job keeps its node count and is not started on them again."""
+        try:
+            record = slurmcmd.job(self.job.job_id, env=self.job.env)
+            have = record.get("ExcNodeList", "")
+            nodes = ",".join([*([have] if have and have != "(null)" else []), *self.exclude])
+            slurmcmd.run(["scontrol", "update", f"JobId={self.job.target}",
+                          f"ExcNodeList={nodes}"], env=self.job.env)
+            _say(f"excluded {', '.join(self.exclude)} from the next start")
+        except SlurmCommandError as error:
+            _say(f"could not exclude {', '.join(self.exclude)}: {error}")
+
     # -- helpers ---------------------------------------------------------------------------
 
     def _continue_or_stop(self, reason: str, detail: str, exit_code: int | None = None,
@@ -332,10 +400,13 @@ class Supervisor:
             if not self.o.script:
                 raise SlurmCommandError("chain mode needs the job script (--script)")
             successor = slurmcmd.sbatch_file(self.o.script, [
+                *([f"--exclude={','.join(self.exclude)}"] if self.exclude else []),
                 f"--dependency=afterany:{self.job.job_id}",
                 f"--export=ALL,SLURMFABRIC_CHAIN_COUNT={self.job.chain + 1},"
                 f"SLURMFABRIC_RUN_ID={self.job.run}"], env=self.job.env)
             return f"submitted successor {successor.job_id}", successor.job_id
+        if self.exclude:
+            self._exclude_on_requeue()
         slurmcmd.requeue(self.job.target, env=self.job.env)
         return f"requeued {self.job.target}", None
 

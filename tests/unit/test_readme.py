@@ -123,6 +123,8 @@ ELSEWHERE: dict[str, str] = {
         "tests/cluster/test_jobs_cluster.py::test_follow_one_rank_while_the_job_runs",
     "slurmfabric jobs wait 1234":
         "tests/cluster/test_jobs_cluster.py::test_the_summary_names_the_rank_its_node_and_exit_7",
+    "slurmfabric jobs diagnose 1234 [--json]":
+        "tests/unit/test_progress_diagnose.py::test_cli_runs_one_srun_step_and_prints_the_culprit",
     "slurmfabric jobs cancel 1234 [--signal USR2]":
         "tests/cluster/test_jobs_cluster.py::test_cancel_then_wait_says_cancelled",
     "slurmfabric health versions /shared/slurmfabric/versions":
@@ -143,6 +145,8 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_readme.py::test_the_resume_table_is_a_valid_job_config",
     ("docs/restart.md", "ckpt = slurmfabric.Checkpoints()"):
         "tests/unit/test_readme.py::test_the_checkpoint_loop_runs_as_written",
+    ("docs/progress.md", "with progress.compute():"):
+        "tests/unit/test_progress_watch.py::test_the_docs_loop_runs_as_written",
     ("docs/jobs.md", "slurmfabric.submit_job(config)"):
         "tests/unit/test_readme.py::test_the_job_block_runs_as_written",
     ("docs/health.md", "budget_s = 20"):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from cleanenv import clean_env
 
+import slurmfabric
 from slurmfabric.config import load_config
 from slurmfabric.config.models import time_limit_seconds
 from slurmfabric.errors import ConfigError
@@ -419,3 +420,79 @@ def test_history_command_prints_json(tmp_path: Path) -> None:
     empty = subprocess.run([sys.executable, "-m", "slurmfabric", "resume", "history",
                             str(tmp_path / "none")], capture_output=True, text=True)
     assert empty.returncode == 1 and "no restart record" in empty.stderr
+
+
+def test_hang_and_slow_are_events_with_their_thresholds() -> None:
+    config = slurmfabric.JobConfig.from_dict({
+        "job": {"name": "x", "nodes": 2, "ntasks_per_node": 2},
+        "program": {"command": ["python", "t.py"]},
+        "launcher": {"type": "srun", "resume": {"events": ["hang", "slow"],
+                                                 "hang_timeout": 60, "slow_ratio": 1.2}}})
+    resume = config.launcher.resume
+    assert (resume.events, resume.hang_timeout, resume.slow_ratio) == (["hang", "slow"], 60, 1.2)
+    with pytest.raises(ConfigError, match=r"launcher\.resume\.hang_timeout"):
+        slurmfabric.JobConfig.from_dict({
+            "job": {"name": "x", "nodes": 2, "ntasks_per_node": 2},
+            "program": {"command": ["python", "t.py"]},
+            "launcher": {"type": "srun", "resume": {"events": ["hang"], "hang_timeout": 1}}})
+
+
+# Four "ranks" of heartbeats (slurmfabric.progress's record): all advance for 5 steps, then
+# rank 2 stays in its step's compute while the others wait in its collectives; the beats
+# are backdated 400 s so the supervisor's first look past --hang-timeout sees the hang.
+HUNG = r"""
+import json, os, time
+beats = os.environ["SLURMFABRIC_PROGRESS_DIR"]
+os.makedirs(beats, exist_ok=True)
+def beat(rank, step, phase, t):
+    record = {"rank": rank, "pid": 1000 + rank, "host": f"sfn{rank // 2 + 1}", "local": "0",
+              "gpus": "", "step": step, "phase": phase, "time": t, "compute": 0.1,
+              "compute_sum": 0.1 * step, "timed": step}
+    with open(os.path.join(beats, f"rank-{rank}.beat"), "w") as handle:
+        handle.write(json.dumps(record))
+for step in range(1, 6):
+    for rank in range(4):
+        beat(rank, step, "step", time.time())
+    time.sleep(0.05)
+for rank in range(4):
+    beat(rank, 5, "step" if rank == 2 else "comm", time.time() - 400)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("events_", ["hang", "timeout"])
+def test_a_hang_names_the_rank_and_requeues_without_its_node(tmp_path: Path,
+                                                             events_: str) -> None:
+    h = Harness(tmp_path)
+    (tmp_path / "child.py").write_text(HUNG)
+    srun = tmp_path / "bin" / "srun"  # the diagnosis step fails: the beats name the rank
+    srun.write_text('#!/bin/sh\necho "srun $*" >> "$FAKE_SLURM/calls"\n'
+                    'echo "srun: error: no such job" >&2; exit 1\n')
+    srun.chmod(0o755)
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    (beats / "rank-9.beat").write_text('{"rank": 9, "step": 1, "time": 1.0}')  # a past run's
+    proc = h.start("--events", events_, "--hang-timeout", "60", "--progress-dir", str(beats),
+                   "--prom", str(tmp_path / "job.prom"))
+    if events_ == "timeout":  # said and recorded, but not acted on: the job keeps running
+        deadline = time.time() + 20
+        while not any(e["event"] == "finding" for e in h.events()) and time.time() < deadline:
+            time.sleep(0.2)
+        proc.terminate()
+    rc, out = finish(proc)
+    assert "slurmfabric: hang: no rank advanced for 40" in out
+    assert "rank 2 on sfn2 (pid 1002" in out and "still computing" in out
+    assert "diagnosis failed: srun failed: srun: error: no such job" in out
+    assert any(c.startswith("srun --overlap --jobid=77 --ntasks-per-node=1") for c in h.calls())
+    assert "rank 9" not in out
+    finding = next(e for e in h.events() if e["event"] == "finding")
+    assert finding["kind"] == "hang" and finding["nodes"] == ["sfn2"]
+    assert 'slurmfabric_progress_hang{job="77"} 1' in (tmp_path / "job.prom").read_text()
+    if events_ == "hang":
+        assert rc == 0, out
+        end = h.events()[-1]
+        assert end["reason"] == "hang" and end["action"] == "requeued 77"
+        assert h.calls()[-2:] == ["scontrol update JobId=77 ExcNodeList=sfn2",
+                                  "scontrol requeue 77"]
+    else:
+        assert not any(call.startswith("scontrol requeue") for call in h.calls())

@@ -1,0 +1,203 @@
+"""``jobs diagnose`` against real processes: 4 local torch "ranks" in a gloo all_reduce
+loop (tests/progress_rank.py), the per-node collector run directly (no srun), py-spy."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cleanenv import clean_env
+
+from slurmfabric.progress import diagnose, flight
+from slurmfabric.progress.collect import pyspy_path
+from slurmfabric.progress.watch import read_beats
+
+ROOT = Path(__file__).resolve().parents[2]
+RANK = ROOT / "tests" / "progress_rank.py"
+
+needs_pyspy = pytest.mark.skipif(pyspy_path() is None, reason="py-spy not installed "
+                                 "(the 'diagnose' extra): scripts/test.sh installs it")
+
+
+def start_ranks(tmp_path: Path, job: str, extra: dict[int, list[str]]) -> list[subprocess.Popen]:
+    procs = []
+    errors = (tmp_path / "ranks.err").open("w")  # noqa: SIM115 - the children keep it
+    for rank in range(4):
+        env = clean_env(PATH=os.environ.get("PATH", "/usr/bin:/bin"), PYTHONPATH=str(ROOT),
+                        OMP_NUM_THREADS="1", SLURM_JOB_ID=job, RANK=str(rank),
+                        LOCAL_RANK=str(rank), WORLD_SIZE="4", SLURMD_NODENAME="node0",
+                        SLURMFABRIC_PROGRESS_DIR=str(tmp_path / "beats"))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(RANK), str(rank), "4", str(tmp_path / "init"),
+             *extra.get(rank, [])], env=env, stdout=subprocess.DEVNULL,
+            stderr=errors))
+    return procs
+
+
+def wait_for(predicate, what: str, procs, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def ranks(tmp_path):
+    started: list[subprocess.Popen] = []
+    job = str(random.randrange(10**8, 10**9))  # no other process on this machine has it
+
+    def start(extra):
+        started.extend(start_ranks(tmp_path, job, extra))
+        return job, started
+
+    yield start
+    for p in started:
+        os.kill(p.pid, signal.SIGCONT)
+        p.kill()
+        p.wait()
+
+
+def collect(job: str) -> diagnose.Diagnosis:
+    env = clean_env(PATH=os.environ.get("PATH", "/usr/bin:/bin"), PYTHONPATH=str(ROOT),
+                    SLURMD_NODENAME="node0")  # as srun sets it for the collector's task
+    done = subprocess.run([sys.executable, "-m", "slurmfabric.progress.collect", job],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
+    return diagnose.analyse(job, diagnose.parse_output(done.stdout))
+
+
+@needs_pyspy
+def test_a_rank_sleeping_outside_the_collective_is_named(ranks, tmp_path):
+    job, procs = ranks({2: ["--sleep-at", "6"]})
+    beats = tmp_path / "beats"
+
+    def stalled():
+        b = read_beats(str(beats))
+        return len(b) == 4 and b[2].step == 5 and all(
+            b[r].phase == "comm" and b[r].step == 5 for r in (0, 1, 3))
+
+    wait_for(stalled, "rank 2 to stall at step 6", procs)
+    result = collect(job)
+    assert [c["rank"] for c in result.culprits] == [2]
+    culprit = result.culprits[0]
+    assert culprit["pid"] == procs[2].pid and culprit["host"] == "node0"
+    assert culprit["why"] == "not in the collective the others wait in"
+    line = RANK.read_text().splitlines().index("    time.sleep(3600)") + 1
+    assert culprit["frame"] == f"stall (progress_rank.py:{line})"
+    assert culprit["step"] == 6
+    assert result.waiting_in.startswith("all_reduce called from main (progress_rank.py:")
+    assert {tuple(g["ranks"]) for g in result.groups} == {(0, 1, 3), (2,)}
+    text = result.text()
+    assert f"culprit: rank 2 on node0 (pid {procs[2].pid}): not in the collective" in text
+    json.dumps(result.to_dict())
+
+
+@needs_pyspy
+def test_a_stopped_rank_is_named_as_stopped(ranks, tmp_path):
+    job, procs = ranks({})
+    wait_for(lambda: all((tmp_path / f"init.ready-{r}").exists() for r in range(4)),
+             "4 ranks to run 3 steps", procs)
+    os.kill(procs[3].pid, signal.SIGSTOP)
+    time.sleep(0.5)
+    result = collect(job)
+    stopped = [c for c in result.culprits if c["state"] == "T"]
+    assert [(c["rank"], c["pid"]) for c in stopped] == [(3, procs[3].pid)]
+    assert stopped[0]["why"] == "process stopped (SIGSTOP)" and stopped[0]["frame"]
+    assert [c["rank"] for c in result.culprits] == [3]  # the waiting ones are not culprits
+    assert "all_reduce" in (result.waiting_in or "")
+
+
+def test_a_killed_rank_is_gone_and_the_srun_step_is_one_overlap_step():
+    records = [{"kind": "rank", "rank": r, "pid": 10 + r, "host": "n0", "state": "S",
+                "world": "3", "threads": [{"name": "MainThread", "frames": [
+                    {"name": "all_reduce", "file": "/x/torch/distributed/distributed_c10d.py",
+                     "line": 1}, {"name": "train", "file": "/w/train.py", "line": 9}]}]}
+               for r in (0, 2)]
+    records.append({"kind": "node", "host": "n0", "beats": {"1": {"rank": 1, "step": 4,
+                                                                  "host": "n1", "pid": 77}}})
+    result = diagnose.analyse("5", records)
+    assert [(c["rank"], c["host"], c["pid"], c["state"]) for c in result.culprits] == [
+        (1, "n1", 77, "gone")]
+    argv = diagnose.collector_argv("5", "c2")
+    assert argv[:4] == ["srun", "--overlap", "--jobid=5", "--clusters=c2"]
+    assert "--ntasks-per-node=1" in argv and argv[argv.index("--") + 2:][:3] == [
+        "-m", "slurmfabric.progress.collect", "5"]
+    line = json.dumps(records[0])
+    assert diagnose.parse_output(f"0: {line}\nnoise\n{line}") == [records[0], records[0]]
+
+
+def fr_dump(seq: int, state: str = "completed") -> dict:
+    """A dump in the shape torch/distributed/flight_recorder/components/loader.py reads."""
+    return {"version": "2.10", "pg_config": {}, "entries": [
+        {"record_id": i, "process_group": ("0", "default_pg"), "collective_seq_id": i,
+         "p2p_seq_id": 0, "profiling_name": "nccl:all_reduce", "state": state if i == seq
+         else "completed", "frames": [{"name": "train", "filename": "train.py", "line": 9}],
+         "input_sizes": [[4]], "output_sizes": [[4]], "is_p2p": False}
+        for i in range(1, seq + 1)]}
+
+
+def test_flight_recorder_dumps_name_the_rank_behind_and_refuse_code(tmp_path):
+    for rank, seq in ((0, 12), (1, 11), (2, 12)):
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(fr_dump(seq, "started")))
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    (tmp_path / "nccl_trace_rank_3").write_bytes(pickle.dumps({"entries": [Evil()]}))
+    dumps = flight.collect(str(tmp_path / "nccl_trace_rank_"))
+    assert not (tmp_path / "pwned").exists()
+    assert "refused" in dumps[3]["error"]
+    assert dumps[1]["groups"]["0"]["last_enqueued"] == 11
+    result = diagnose.analyse("9", [{"kind": "node", "host": "n0", "flight": dumps}])
+    behind = [f for f in result.flight if f.get("group") == "0"]
+    assert [(f["rank"], f["last"], f["others"]) for f in behind] == [(1, 11, 12)]
+
+
+def test_the_collector_says_when_py_spy_is_missing(monkeypatch):
+    from slurmfabric.progress import collect as collector
+
+    monkeypatch.setattr(collector, "pyspy_path", lambda: None)
+    ranks, node = collector.collect("0")  # Slurm job ids start at 1: no process has 0
+    assert ranks == [] and "pip install 'slurmfabric[diagnose]'" in node["error"]
+    result = diagnose.analyse("0", [node])
+    assert "py-spy is not installed" in result.text()
+
+
+def test_cli_runs_one_srun_step_and_prints_the_culprit(tmp_path, monkeypatch):
+    frames = [{"name": "all_reduce", "file": "/v/torch/distributed/distributed_c10d.py",
+               "line": 3}, {"name": "train", "file": "/w/train.py", "line": 40}]
+    lines = [{"kind": "rank", "rank": r, "pid": 100 + r, "host": f"n{r // 2}", "state": "S",
+              "world": "4", "threads": [{"name": "MainThread", "frames": frames}]}
+             for r in (0, 1, 3)]
+    lines.append({"kind": "rank", "rank": 2, "pid": 102, "host": "n1", "state": "D",
+                  "world": "4", "threads": [{"name": "MainThread", "frames": [
+                      {"name": "read", "file": "/w/data.py", "line": 7}]}]})
+    (tmp_path / "out").write_text("".join(f"{i % 2}: {json.dumps(x)}\n"
+                                          for i, x in enumerate(lines)))
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text('#!/bin/sh\nprintf "%s\\n" "$*" > "$FAKE_DIR/argv"\ncat "$FAKE_DIR/out"\n')
+    srun.chmod(0o755)
+    env = {**os.environ, "PATH": f"{srun.parent}:{os.environ['PATH']}",
+           "FAKE_DIR": str(tmp_path), "SLURMFABRIC_JOBS_DIR": str(tmp_path / "records")}
+    run = [sys.executable, "-m", "slurmfabric", "jobs", "diagnose", "5;c2"]
+    text = subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout
+    assert "culprit: rank 2 on n1 (pid 102): process in uninterruptible sleep" in text
+    assert "at read (data.py:7)" in text
+    assert (tmp_path / "argv").read_text().startswith(
+        "--overlap --jobid=5 --clusters=c2 --ntasks-per-node=1")
+    data = json.loads(subprocess.run([*run, "--json"], env=env, capture_output=True,
+                                     text=True, check=True).stdout)
+    assert [(c["rank"], c["state"]) for c in data["culprits"]] == [(2, "D")]
