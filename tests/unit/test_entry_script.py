@@ -96,7 +96,7 @@ def test_the_script_is_executable_and_an_installer_rewrites_its_shebang() -> Non
     imported = [(type(node).__name__, getattr(node, "module", None),
                  [alias.name for alias in node.names])
                 for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-    assert imported == [("Import", None, ["sys"]), ("ImportFrom", "slurmfabric.cli", ["main"])]
+    assert imported == [("ImportFrom", "slurmfabric.cli", ["run"])]
 
 
 def test_the_installed_script_runs_the_cli(tmp_path: Path) -> None:
@@ -136,6 +136,59 @@ def test_a_warm_rank_imports_nothing_forbidden(tmp_path: Path, fixture: str) -> 
         assert found & FORBIDDEN == set(), args
         assert not any(m.startswith(("slurmfabric.plan", "slurmfabric.topology"))
                        for m in found), args
+
+
+# --- env ends without the interpreter's finalization, and loses nothing -------------------
+
+
+def test_env_output_and_exit_codes_are_those_of_main(tmp_path: Path) -> None:
+    """Through the pipe (block-buffered stdout): every byte of a long output arrives."""
+    script = installed(tmp_path)
+    many = {f"SLURMFABRIC_X{i}": "v" * 50 for i in range(400)}
+    kept = {"RANK": "5", "LOCAL_RANK": "x" * 3000}  # kept values are echoed in comments
+    env = clean_env(**STEP, **many, **kept, SLURMFABRIC_PLAN_CACHE="off",
+                    PYTHONPATH=os.pathsep.join(sys.path))
+    for args in (["env"], ["env", "--format", "json"], ["env", "--format", "dotenv"]):
+        ran = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True)
+        inproc = subprocess.run(
+            [sys.executable, "-c", "import sys; from slurmfabric.cli import main; "
+             f"code = main({args!r}); sys.stdout.flush(); print(code, file=sys.stderr)"],
+            env=env, capture_output=True)
+        assert ran.returncode == 0 and inproc.stderr.endswith(b"0\n"), ran.stderr
+        assert ran.stdout == inproc.stdout and len(ran.stdout) > 3000, args
+    bad = subprocess.run([sys.executable, str(script), "env", "--format", "yaml"], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--format must be one of" in bad.stderr
+
+
+@pytest.mark.parametrize("setup", ["import atexit; atexit.register(print, 'atexit ran')",
+                                   "import threading, time; threading.Thread(target=lambda: ("
+                                   "time.sleep(0.2), print('thread ran'))).start()"])
+def test_env_exits_normally_when_something_would_run_at_exit(tmp_path: Path,
+                                                             setup: str) -> None:
+    env = clean_env(**STEP, SLURMFABRIC_PLAN_CACHE="off", PYTHONPATH=os.pathsep.join(sys.path))
+    probe = f"import sys; {setup}\nsys.argv = ['slurmfabric', 'env']\n" \
+            "from slurmfabric.cli import run\nrun()\n"
+    ran = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0 and "export RANK=8" in ran.stdout
+    assert ran.stdout.rstrip().endswith(("atexit ran", "thread ran")), ran.stdout[-200:]
+
+
+def test_env_skips_finalization_otherwise(tmp_path: Path) -> None:
+    """A __del__ of a module global runs at the interpreter's finalization: not after env
+    (that is the saving), still after other commands."""
+    env = clean_env(**STEP, SLURMFABRIC_PLAN_CACHE="off", PYTHONPATH=os.pathsep.join(sys.path))
+    probe = ("import sys\nclass Late:\n    def __del__(self):\n        print('finalized')\n"
+             "late = Late()\nsys.argv = ['slurmfabric'] + sys.argv[1:]\n"
+             "from slurmfabric.cli import run\nrun()\n")
+    quick = subprocess.run([sys.executable, "-c", probe, "env"], env=env, capture_output=True,
+                           text=True)
+    normal = subprocess.run([sys.executable, "-c", probe, "--version"], env=env,
+                            capture_output=True, text=True)
+    assert quick.returncode == 0 and "export RANK=8" in quick.stdout
+    assert "finalized" not in quick.stdout
+    assert normal.stdout == "slurmfabric 0.1.0\nfinalized\n"
 
 
 # --- launch's exec: os.execvpe's search without its imports -------------------------------
