@@ -17,7 +17,7 @@ installed system.
 Every row runs two ways, interleaved in the same rounds as the bare ``python -c pass``:
 ``srun execs``, the installed ``slurmfabric`` command, exactly what the rendered scripts run
 on each rank (``srun ... slurmfabric launch --mode srun -- CMD``), and ``direct``,
-``python -c 'from slurmfabric.cli import main; ...'``: slurmfabric's own cost without the
+``python -c 'from slurmfabric import cli; cli.run()'``: slurmfabric's own cost without the
 installer's script. The entry point alone (``--version``) also runs as ``python -m
 slurmfabric`` (runpy's cost). The command is the ``slurmfabric`` next to this interpreter,
 else on PATH, else the path given.
@@ -28,6 +28,7 @@ else on PATH, else the path given.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,25 +69,33 @@ QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": Tr
 COLD_CACHE = "BENCH_COLD_CACHE"  # read by medians_ms only; slurmfabric ignores it
 
 
-def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[float]:
-    """Median wall time of each (command, environment), in rounds that run every case once.
+def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[tuple[float, float]]:
+    """Median wall time and median CPU time (user + system, getrusage(2) RUSAGE_CHILDREN) of
+    each (command, environment), in rounds that run every case once.
 
     Interleaving keeps the ratios honest on a shared machine: a burst of load hits every
-    case of a round instead of whichever case happened to be running. stderr is dropped.
-    A case whose environment has COLD_CACHE gets its plan cache emptied before each run
-    (not timed).
+    case of a round instead of whichever case happened to be running. CPU time is what the
+    start costs the node; on a loaded machine it moves much less than wall time. stderr is
+    dropped. A case whose environment has COLD_CACHE gets its plan cache emptied before each
+    run (not timed).
     """
     for cmd, env in cases:
         subprocess.run(cmd, env=env, **QUIET)  # warm + .pyc
-    times: list[list[float]] = [[] for _ in cases]
+    wall: list[list[float]] = [[] for _ in cases]
+    cpu: list[list[float]] = [[] for _ in cases]
     for _ in range(N):
-        for slot, (cmd, env) in zip(times, cases):
+        for index, (cmd, env) in enumerate(cases):
             if env.get(COLD_CACHE):
                 shutil.rmtree(env["SLURMFABRIC_PLAN_CACHE"], ignore_errors=True)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run(cmd, env=env, **QUIET)
-            slot.append(time.perf_counter() - start)
-    return [statistics.median(t) * 1e3 for t in times]
+            wall[index].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[index].append(after.ru_utime + after.ru_stime - before.ru_utime
+                              - before.ru_stime)
+    return [(statistics.median(w) * 1e3, statistics.median(c) * 1e3)
+            for w, c in zip(wall, cpu)]
 
 
 def fixture_root(tmp: str, name: str) -> str:
@@ -121,8 +130,9 @@ def main() -> None:
     scattered = ",".join(f"r{r:03d}n[{1:02d}-{50:02d},{52:02d}-{100:02d}]" for r in range(102))
     big = step_env(scattered, 102 * 99)
     entries = {"srun execs": srun_command(),
-               "direct": [PY, "-c", "import sys; from slurmfabric.cli import main; "
-                          "sys.exit(main())"]}
+               # cli.run as the script calls it (main() for a build from before cli.run)
+               "direct": [PY, "-c", "import sys; from slurmfabric import cli; "
+                          "getattr(cli, 'run', lambda: sys.exit(cli.main()))()"]}
     script = entries["srun execs"]
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         planned = {**two, "SLURMFABRIC_SYSFS_ROOT": fixture_root(tmp, "h100_ib"),
@@ -170,19 +180,23 @@ def main() -> None:
             assert "# plan: cache" in probe, probe  # the warm rows really read the cache
         cases = [([PY, "-c", "pass"], two)] + [(cmd, env) for _, cmd, env in alone]
         cases += [([*entry, *args], env) for _, args, env in rows for entry in entries.values()]
-        bare, *results = medians_ms(cases)
+        (bare, bare_cpu), *results = medians_ms(cases)
         print(f"srun execs: {describe(script[0])}\ndirect: {' '.join(entries['direct'])}\n"
-              f"medians of {N} interleaved rounds; load average {os.getloadavg()[0]:.2f}")
-        print(f"{'python -c pass':50} {bare:6.1f} ms")
-        for (label, _, _), ms in zip(alone, results):
-            print(f"{label:50} {ms:6.1f} ms {ms / bare:5.2f}x")
-        results = results[len(alone):]
-        print(f"{'':50} {'srun execs':>16}  {'direct':>16}")
-        for index, (label, _, _) in enumerate(rows):
-            cells = [f"{ms:6.1f} ms {ms / bare:5.2f}x"
-                     for ms in results[index * len(entries):(index + 1) * len(entries)]]
-            print(f"{label:50} {'  '.join(cells)}")
+              f"medians of {N} interleaved rounds; load average {os.getloadavg()[0]:.2f}; "
+              "each cell: wall ms, wall and CPU time as ratios to the bare interpreter's")
 
+        def cell(wall: float, cpu: float) -> str:
+            return f"{wall:6.1f} ms {wall / bare:5.2f}x {cpu / bare_cpu:5.2f}x"
+
+        print(f"{'python -c pass':50} {bare:6.1f} ms (CPU {bare_cpu:.1f} ms)")
+        for (label, _, _), (ms, cpu) in zip(alone, results):
+            print(f"{label:50} {cell(ms, cpu)}")
+        results = results[len(alone):]
+        print(f"{'':50} {'srun execs: wall, CPU':>24}  {'direct: wall, CPU':>24}")
+        for index, (label, _, _) in enumerate(rows):
+            cells = [cell(*pair)
+                     for pair in results[index * len(entries):(index + 1) * len(entries)]]
+            print(f"{label:50} {'  '.join(cells)}")
 
 if __name__ == "__main__":
     main()
