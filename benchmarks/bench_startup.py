@@ -3,28 +3,32 @@
 Runs each command N times in subprocesses (same venv) and prints medians and ratios for
 a 2-node and a 10,000-node SLURM_JOB_NODELIST, and for the 2-node case on a GPU/RDMA node
 where the fabric plan runs, also as a torchrun worker (``launch --mode torchrun`` under
-torchrun's variables) and as an Open MPI rank (``launch --mode mpi``): the cost each worker
-or rank pays for its plan and binding. Each plan row runs three ways: ``cache off``
-(SLURMFABRIC_PLAN_CACHE=off: discover and plan in every rank), ``cold`` (the per-boot plan
-cache, rank/plancache.py, emptied before every run: the first rank of a step on a node)
-and ``warm`` (every other rank). ``slurmfabric --version`` is the entry point alone: what
-the installer's console script costs before slurmfabric runs (pip's imports ``re``).
-SLURMFABRIC_SYSFS_ROOT points at the 8-GPU H100 fixture tree
-(tests/fakesysfs.py + tests/fixtures/topology/nodes.py). With that variable set, env and
-launch always discover and plan (the /dev/nvidiactl + /sys/class/infiniband gate is only
-for the real root), and the script checks that NCCL_IB_HCA really came out. Bytecode is
-compiled first, as it is on an installed system.
+torchrun's variables), as an Open MPI rank (``launch --mode mpi``) and on a RoCE node: the
+cost each worker or rank pays for its plan and binding. Each plan row runs three ways:
+``cache off`` (SLURMFABRIC_PLAN_CACHE=off: discover and plan in every rank), ``cold`` (the
+per-boot plan cache, rank/plancache.py, emptied before every run: the first rank of a step
+on a node) and ``warm`` (every other rank). SLURMFABRIC_SYSFS_ROOT points at the 8-GPU H100
+fixture trees (tests/fakesysfs.py + tests/fixtures/topology/nodes.py: h100_ib and
+h100_roce_numa_off). With that variable set, env and launch always discover and plan (the
+/dev/nvidiactl + /sys/class/infiniband gate is only for the real root), and the script
+checks that NCCL_IB_HCA really came out. Bytecode is compiled first, as it is on an
+installed system.
 
-    .venv/bin/python benchmarks/bench_startup.py [N] [console|direct]
+Every row runs two ways, interleaved in the same rounds as the bare ``python -c pass``:
+``srun execs``, the installed ``slurmfabric`` command, exactly what the rendered scripts run
+on each rank (``srun ... slurmfabric launch --mode srun -- CMD``), and ``direct``,
+``python -c 'from slurmfabric import cli; cli.run()'``: slurmfabric's own cost without the
+installer's script. The entry point alone (``--version``) also runs as ``python -m
+slurmfabric`` (runpy's cost). The command is the ``slurmfabric`` next to this interpreter,
+else on PATH, else the path given.
 
-``direct`` starts slurmfabric as ``python -c 'from slurmfabric.cli import main; ...'``
-instead of the console script: the same interpreter start as the bare row, so the ratios
-show slurmfabric's own cost without the installer's wrapper.
+    .venv/bin/python benchmarks/bench_startup.py [N] [PATH-OF-slurmfabric]
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,7 +38,7 @@ import time
 from pathlib import Path
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-ENTRY = sys.argv[2] if len(sys.argv) > 2 else "console"
+SCRIPT = sys.argv[2] if len(sys.argv) > 2 else None
 PY = sys.executable
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 
@@ -65,44 +69,59 @@ QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": Tr
 COLD_CACHE = "BENCH_COLD_CACHE"  # read by medians_ms only; slurmfabric ignores it
 
 
-def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[float]:
-    """Median wall time of each (command, environment), in rounds that run every case once.
+def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[tuple[float, float]]:
+    """Median wall time and median CPU time (user + system, getrusage(2) RUSAGE_CHILDREN) of
+    each (command, environment), in rounds that run every case once.
 
     Interleaving keeps the ratios honest on a shared machine: a burst of load hits every
-    case of a round instead of whichever case happened to be running. stderr is dropped.
-    A case whose environment has COLD_CACHE gets its plan cache emptied before each run
-    (not timed).
+    case of a round instead of whichever case happened to be running. CPU time is what the
+    start costs the node; on a loaded machine it moves much less than wall time. stderr is
+    dropped. A case whose environment has COLD_CACHE gets its plan cache emptied before each
+    run (not timed).
     """
     for cmd, env in cases:
         subprocess.run(cmd, env=env, **QUIET)  # warm + .pyc
-    times: list[list[float]] = [[] for _ in cases]
+    wall: list[list[float]] = [[] for _ in cases]
+    cpu: list[list[float]] = [[] for _ in cases]
     for _ in range(N):
-        for slot, (cmd, env) in zip(times, cases):
+        for index, (cmd, env) in enumerate(cases):
             if env.get(COLD_CACHE):
                 shutil.rmtree(env["SLURMFABRIC_PLAN_CACHE"], ignore_errors=True)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run(cmd, env=env, **QUIET)
-            slot.append(time.perf_counter() - start)
-    return [statistics.median(t) * 1e3 for t in times]
+            wall[index].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[index].append(after.ru_utime + after.ru_stime - before.ru_utime
+                              - before.ru_stime)
+    return [(statistics.median(w) * 1e3, statistics.median(c) * 1e3)
+            for w, c in zip(wall, cpu)]
 
 
-def h100_root(tmp: str) -> str:
+def fixture_root(tmp: str, name: str) -> str:
     sys.path[:0] = [str(TESTS), str(TESTS / "fixtures" / "topology")]
     import fakesysfs
     import nodes
 
-    return str(fakesysfs.build(nodes.h100_ib(), tmp))
+    return str(fakesysfs.build(getattr(nodes, name)(), os.path.join(tmp, name)))
 
 
-def entry_point() -> list[str]:
-    """The console script srun runs (``slurmfabric``), else ``python -m slurmfabric``.
+def srun_command() -> list[str]:
+    """The ``slurmfabric`` a rank runs: next to this interpreter (a venv), else on PATH."""
+    script = SCRIPT or str(Path(PY).parent / "slurmfabric")
+    if not os.path.isfile(script):
+        script = shutil.which("slurmfabric") or ""
+    if not script:
+        sys.exit("no slurmfabric command installed: pip install -e . (or give its path)")
+    return [script]
 
-    ``-m`` costs more: runpy imports importlib.util, contextlib, collections, functools.
-    """
-    if ENTRY == "direct":
-        return [PY, "-c", "import sys; from slurmfabric.cli import main; sys.exit(main())"]
-    script = Path(PY).parent / "slurmfabric"
-    return [str(script)] if script.exists() else [PY, "-m", "slurmfabric"]
+
+def describe(script: str) -> str:
+    """Which kind of script the installer wrote: an entry-point wrapper imports re first."""
+    with open(script, "rb") as handle:
+        head = handle.read(4096)
+    kind = "entry-point wrapper (imports re)" if b"import re\n" in head else "plain script"
+    return f"{script} ({kind}; {head.splitlines()[0].decode(errors='replace')})"
 
 
 def main() -> None:
@@ -110,15 +129,25 @@ def main() -> None:
     # 10,000 nodes written the way Slurm would compress a scattered allocation
     scattered = ",".join(f"r{r:03d}n[{1:02d}-{50:02d},{52:02d}-{100:02d}]" for r in range(102))
     big = step_env(scattered, 102 * 99)
-    entry = entry_point()
+    entries = {"srun execs": srun_command(),
+               # cli.run as the script calls it (main() for a build from before cli.run)
+               "direct": [PY, "-c", "import sys; from slurmfabric import cli; "
+                          "getattr(cli, 'run', lambda: sys.exit(cli.main()))()"]}
+    script = entries["srun execs"]
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        planned = {**two, "SLURMFABRIC_SYSFS_ROOT": h100_root(tmp),
+        planned = {**two, "SLURMFABRIC_SYSFS_ROOT": fixture_root(tmp, "h100_ib"),
                    "SLURMFABRIC_PLAN_CACHE": "off"}
-        out = subprocess.run([*entry, "env"], env=planned, capture_output=True, text=True).stdout
-        assert "NCCL_IB_HCA" in out, f"the fabric plan did not run:\n{out}"
-        rows = [("slurmfabric --version (entry point alone)", [*entry, "--version"], two)]
-        rows += [
-            (f"{name} ({label})", [*entry, *args], env)
+        roce = {**planned, "SLURMFABRIC_SYSFS_ROOT": fixture_root(tmp, "h100_roce_numa_off")}
+        for env in (planned, roce):
+            out = subprocess.run([*script, "env"], env=env, capture_output=True,
+                                 text=True).stdout
+            assert "NCCL_IB_HCA" in out, f"the fabric plan did not run:\n{out}"
+        alone = [(f"--version: {label}", cmd, two) for label, cmd in (
+            ("slurmfabric (srun execs)", [*script, "--version"]),
+            ("python -m slurmfabric", [PY, "-m", "slurmfabric", "--version"]),
+            ("direct", [*entries["direct"], "--version"]))]
+        rows = [
+            (f"{name} ({label})", args, env)
             for label, env in (("2 nodes", two), (f"{102 * 99} nodes", big))
             for name, args in (("env", ["env"]), ("launch -- true", ["launch", "--", "true"]))
         ]
@@ -131,29 +160,43 @@ def main() -> None:
         modes = [("env", ["env"], planned), ("launch -- true", ["launch", "--", "true"], planned)]
         for label, mode, env in (("torchrun worker", "torchrun", worker),
                                  ("Open MPI rank", "mpi", rank)):
-            probe = subprocess.run([*entry, "launch", "--mode", mode, "--print", "--", "true"],
+            probe = subprocess.run([*script, "launch", "--mode", mode, "--print", "--", "true"],
                                    env=env, capture_output=True, text=True).stdout
             assert "# binding: local_rank=0 gpu=0 nic=mlx5_0:1" in probe, probe
             modes.append((f"launch -- true ({label})", ["launch", "--mode", mode, "--", "true"],
                           env))
+        modes.append(("launch -- true (RoCE node)", ["launch", "--", "true"], roce))
         for index, (name, args, env) in enumerate(modes):
             cold = os.path.join(tmp, f"cold-{index}")
             for cache, extra in (("cache off", {}),
                                  ("cold", {"SLURMFABRIC_PLAN_CACHE": cold, COLD_CACHE: "1"}),
                                  ("warm", {"SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")})):
-                rows.append((f"{name}, plan, {cache}", [*entry, *args], {**env, **extra}))
-        warm = {**planned, "SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")}
-        for _ in range(2):  # the first run writes the entry, the second reads it
-            probe = subprocess.run([*entry, "launch", "--print", "--", "true"], env=warm,
-                                   capture_output=True, text=True).stdout
-        assert "# plan: cache" in probe, probe  # the warm rows really read the cache
-        bare, *results = medians_ms([([PY, "-c", "pass"], two)] + [(c, e) for _, c, e in rows])
-        print(f"entry point: {' '.join(entry)}\nmedians of {N} interleaved rounds; "
-              f"load average {os.getloadavg()[0]:.2f}")
-        print(f"{'python -c pass':48} {bare:6.1f} ms")
-        for (label, _, _), ms in zip(rows, results):
-            print(f"{label:48} {ms:6.1f} ms  {ms / bare:4.2f}x bare")
+                rows.append((f"{name}, plan, {cache}", args, {**env, **extra}))
+        for env in (planned, roce):
+            warm = {**env, "SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")}
+            for _ in range(2):  # the first run writes the entry, the second reads it
+                probe = subprocess.run([*script, "launch", "--print", "--", "true"], env=warm,
+                                       capture_output=True, text=True).stdout
+            assert "# plan: cache" in probe, probe  # the warm rows really read the cache
+        cases = [([PY, "-c", "pass"], two)] + [(cmd, env) for _, cmd, env in alone]
+        cases += [([*entry, *args], env) for _, args, env in rows for entry in entries.values()]
+        (bare, bare_cpu), *results = medians_ms(cases)
+        print(f"srun execs: {describe(script[0])}\ndirect: {' '.join(entries['direct'])}\n"
+              f"medians of {N} interleaved rounds; load average {os.getloadavg()[0]:.2f}; "
+              "each cell: wall ms, wall and CPU time as ratios to the bare interpreter's")
 
+        def cell(wall: float, cpu: float) -> str:
+            return f"{wall:6.1f} ms {wall / bare:5.2f}x {cpu / bare_cpu:5.2f}x"
+
+        print(f"{'python -c pass':50} {bare:6.1f} ms (CPU {bare_cpu:.1f} ms)")
+        for (label, _, _), (ms, cpu) in zip(alone, results):
+            print(f"{label:50} {cell(ms, cpu)}")
+        results = results[len(alone):]
+        print(f"{'':50} {'srun execs: wall, CPU':>24}  {'direct: wall, CPU':>24}")
+        for index, (label, _, _) in enumerate(rows):
+            cells = [cell(*pair)
+                     for pair in results[index * len(entries):(index + 1) * len(entries)]]
+            print(f"{label:50} {'  '.join(cells)}")
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,13 @@
-"""``python -m slurmfabric`` is the same as the ``slurmfabric`` console script."""
+#!/usr/bin/env python3
+"""The ``slurmfabric`` command as installed, and ``python -m slurmfabric``: both are cli.run.
 
-from slurmfabric.cli import main
+pyproject.toml installs this file itself as the ``slurmfabric`` script (hatchling's wheel
+``shared-scripts``; the installer points its shebang at the environment's interpreter), not
+as a ``[project.scripts]`` entry point: pip's generated wrapper imports ``re`` before
+slurmfabric runs, about 0.6x of a bare interpreter start that every rank's
+``slurmfabric launch`` would pay. Keep this file to this one import (cli.run: main(), exit).
+"""
 
-raise SystemExit(main())
+from slurmfabric.cli import run
+
+run()

@@ -107,6 +107,41 @@ def main(argv: list[str] | None = None) -> int:
         return _unexpected(name, error)
 
 
+# Commands whose process may end without the interpreter's finalization when run as the
+# `slurmfabric` command (run()): `env` runs in every rank's start-up path, and tearing the
+# interpreter down (module dicts, GC) costs about as much as a fifth of a bare start.
+# `launch` never gets there: it execs the program.
+QUICK_EXIT = frozenset({"env"})
+
+
+def run() -> None:
+    """The installed ``slurmfabric`` command and ``python -m slurmfabric``: ``main()``, then
+    exit with its code. In-process callers use ``main()``, which always returns."""
+    code = main()
+    if sys.argv[1:2] and sys.argv[1] in QUICK_EXIT:
+        _quick_exit(code)
+    sys.exit(code)
+
+
+def _quick_exit(code: int) -> None:
+    """``os._exit(code)`` once stdout and stderr are flushed, when nothing else would have
+    run at exit: no atexit callback, no threading (non-daemon threads are joined at exit).
+    Anything else (a failed flush, an unknown interpreter) returns: the normal exit."""
+    import atexit  # built in: no file to load
+
+    count = getattr(atexit, "_ncallbacks", None)
+    if count is None or count() or "threading" in sys.modules:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # the normal exit reports it as Python does
+    import os
+
+    os._exit(code)
+
+
 def _unexpected(name: str, error: Exception) -> int:
     """An error no command turned into a message: one line; exit 2 where it is the input's
     fault (a file that is not text, too deep, too big, unreadable), 70 (EX_SOFTWARE) for a
@@ -140,4 +175,4 @@ def _unexpected(name: str, error: Exception) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

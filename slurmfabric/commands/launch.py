@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execvpe(command[0], command, environ)
+        taskenv.execvpe(command[0], command, environ)
     except FileNotFoundError:
         print(f"slurmfabric: error: launch: command not found: {command[0]}", file=sys.stderr)
         return 127

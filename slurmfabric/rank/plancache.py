@@ -240,12 +240,14 @@ def _name(kind: str, key: str) -> str:
            f"-{len(data)}.marshal"
 
 
-def _read(path: str) -> bytes | None:
+def _read(path: str, dir_fd: int | None = None) -> bytes | None:
     """A file's bytes as they are, or None when unreadable. Raw: the fingerprint only
     compares them with what the same function read before. One read() is the whole of a
-    sysfs attribute (a page at most); a full buffer means there may be more (/proc/net)."""
+    sysfs attribute (a page at most); a full buffer means there may be more (/proc/net).
+    ``dir_fd``: ``path`` is relative to that open directory (openat(2)), which spares the
+    kernel the walk from the root (and the /sys/class symlink) for every file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -270,12 +272,27 @@ def _list(path: str) -> list[str] | None:
 
 
 def _gids(port_dir: str) -> list[object]:
-    """The GID slots of a port as discovery walks them (topology/rdma.py read_gids)."""
-    names = _list(port_dir + "/gids") or []
+    """The GID slots of a port as discovery walks them (topology/rdma.py read_gids): the
+    same files, read relative to the open ``gids`` directory (a real port has 255 slots)."""
+    try:
+        gids = os.open(port_dir + "/gids", os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    except OSError:
+        return []  # what _list's None gave: no slots to read
+    try:
+        return _slots(gids)
+    finally:
+        os.close(gids)
+
+
+def _slots(gids: int) -> list[object]:
+    try:
+        names = os.listdir(gids)
+    except OSError:
+        return []
     out: list[object] = []
     empty_run = 0
     for index in sorted(int(n) for n in names if n.isdigit()):
-        value = _read(f"{port_dir}/gids/{index}")
+        value = _read(str(index), gids)
         out.append(value)
         if (value if value is None else value.strip()) in _EMPTY_GIDS:
             empty_run += 1
@@ -284,6 +301,18 @@ def _gids(port_dir: str) -> list[object]:
         else:
             empty_run = 0
     return out
+
+
+def _port(port_dir: str) -> tuple[bytes | None, ...]:
+    """A port's link_layer, state, phys_state and rate, read relative to its directory."""
+    try:
+        fd = os.open(port_dir, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    except OSError:
+        return (None, None, None, None)
+    try:
+        return tuple(_read(name, fd) for name in ("link_layer", "state", "phys_state", "rate"))
+    finally:
+        os.close(fd)
 
 
 def _stat(path: str) -> tuple[int, int, int] | None:
@@ -308,9 +337,9 @@ def fingerprint(root: str, extra: tuple) -> tuple:
         add(ports)
         for port in ports or ():
             port_dir = f"{ib}/{dev}/ports/{port}"
-            layer = _read(port_dir + "/link_layer")
-            add((layer, _read(port_dir + "/state"), _read(port_dir + "/phys_state"),
-                 _read(port_dir + "/rate")))
+            link = _port(port_dir)
+            add(link)
+            layer = link[0]
             if layer is None or layer.strip() != b"InfiniBand":
                 add(_gids(port_dir))
     add(_list(base + "/dev/infiniband"))
