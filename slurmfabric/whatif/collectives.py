@@ -24,10 +24,13 @@ tests/fixtures/whatif/calibration.json), ``NET_HOP_US`` is NCCL's own.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from slurmfabric.whatif.model import Job
+from slurmfabric.whatif.links import NVLINK_BUSBW, rails_busbw
+
+# A whatif.model.Job: typed Any, so that model (which imports this) stays the only owner
+# of Job without an import circle.
+Job = Any
 
 # Fixed cost of one collective as nccl-tests times it (launch, synchronisation), in us:
 # FITTED on the recorded 1-node H100 ring run's 1 MiB and 16 MiB rows (46.5 us and 126.6 us,
@@ -48,8 +51,6 @@ def factor(op: str, ranks: int) -> float:
 
 def algorithms(job: Job, op: str = "all_reduce") -> dict[str, tuple[float, float]]:
     """{algorithm: (large-message busbw GB/s, latency us)} that NCCL can run for ``op``."""
-    from slurmfabric.whatif.model import NVLINK_BUSBW, rails_busbw
-
     nvlink = NVLINK_BUSBW.get(job.gpu, NVLINK_BUSBW["h100"])
     nvls = job.gpu in NVLS_GPUS
     if job.nodes == 1:
