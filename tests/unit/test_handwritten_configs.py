@@ -120,3 +120,18 @@ def test_the_comparison_sees_a_wrong_handwritten_config() -> None:
     assert ("batch-shell commands: ['before: dcgmi profile --pause', "
             "'after: dcgmi profile --resume'] becomes ['before: dcgmi profile --pause']"
             ) in report.differences
+
+
+def test_a_sourced_setup_file_does_not_fail_shellcheck(tmp_path: Path) -> None:
+    """`source env.sh` (an env to activate) passes the render-time check (warnings and up);
+    the rendered script must pass a plain shellcheck too, though it cannot follow the file
+    (SC1091, info): the header disables that one code when setup/teardown exist."""
+    for field in ("setup", "teardown"):
+        config = load_config(data={"job": {"ntasks_per_node": 1}, "launcher": {"type": "srun"},
+                                   "program": {"command": ["hostname"],
+                                               field: ["source activate-env.sh"]}})
+        script = tmp_path / f"{field}.sbatch"
+        script.write_text(render_sbatch(config), encoding="utf-8")
+        proc = subprocess.run(["shellcheck", "-s", "bash", str(script)], capture_output=True,
+                              text=True, check=False)
+        assert proc.returncode == 0, proc.stdout
