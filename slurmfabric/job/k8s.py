@@ -51,6 +51,10 @@ _SHELL_ONLY = ("setup", "teardown", "task_setup")
 
 
 def _refuse_shell_only(config: Any) -> None:
+    if config.job.components:
+        raise UsageError("job.components has no Kubernetes form: a heterogeneous job is a "
+                         "Slurm allocation of several components",
+                         hint="drop [[job.components]] for a Kubernetes target")
     if config.steps:
         raise UsageError("steps has no Kubernetes form: a pod has no srun steps around its "
                          "command", hint="run them as init containers yourself, or drop "
