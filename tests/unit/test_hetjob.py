@@ -170,5 +170,22 @@ def test_pyslurm_and_kubernetes_refuse_components():
     config = het_config()
     with pytest.raises(UsageError, match="job.components"):
         options.pyslurm_fields(config)
-    with pytest.raises(UsageError, match="job.components"):
-        k8s._refuse_shell_only(config)
+    for target in k8s.TARGETS:
+        with pytest.raises(UsageError, match="job.components"):
+            k8s.build(config, target)
+
+
+def test_the_docs_block_renders_what_it_says():
+    import readme_examples
+    import tomllib
+
+    from slurmfabric.job.render import render_launch, render_sbatch_header
+
+    block = readme_examples.block_with("[[job.components]]", "docs/launch.md", "toml")
+    config = JobConfig.from_dict(tomllib.loads(block))
+    header = render_sbatch_header(config).splitlines()
+    assert header[header.index("#SBATCH hetjob") + 1:] == [
+        "#SBATCH --mem=200G", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --partition=cpu"]
+    assert "#SBATCH --gpus-per-node=8" in header[:header.index("#SBATCH hetjob")]
+    assert render_launch(config).startswith("srun --het-group=0-1 ")
