@@ -247,11 +247,16 @@ class JobComponent(JobSection):
         from slurmfabric.job.options import COMPONENT_FIELDS
 
         if isinstance(data, dict):
-            wide = sorted(set(data) - COMPONENT_FIELDS - {"components"})
-            if "components" in data:
+            # A job-wide field at its default is what a dumped config (a script's embedded
+            # config line) holds: only a value that would be lost is refused.
+            fields = JobSection.model_fields
+            wide = sorted(name for name, value in data.items()
+                          if name in fields and name not in COMPONENT_FIELDS
+                          and value != fields[name].get_default(call_default_factory=True))
+            if "components" in wide:
                 raise ValueError("components: a component has no components of its own; "
                                  "accepted: every component as one [[job.components]] table")
-            if wide and all(name in JobSection.model_fields for name in wide):
+            if wide:
                 raise ValueError(
                     f"{wide[0]} is job-wide: set it in [job] (component 0; Slurm propagates "
                     f"it to every component); accepted here: {', '.join(sorted(COMPONENT_FIELDS))}")

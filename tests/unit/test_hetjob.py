@@ -100,6 +100,13 @@ def test_header_writes_each_component_after_hetjob():
                       "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=cpu"]
 
 
+def test_a_rendered_het_script_gives_its_config_back():
+    from slurmfabric.job.render import config_from_script, render_sbatch
+
+    config = het_config()
+    assert config_from_script(render_sbatch(config)) == config
+
+
 @pytest.mark.parametrize("launcher", ["srun", "srun-pmix"])
 def test_launch_step_spans_every_component(launcher: str):
     from slurmfabric.job.render import render_launch
