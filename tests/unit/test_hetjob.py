@@ -196,3 +196,12 @@ def test_the_docs_block_renders_what_it_says():
         "#SBATCH --partition=cpu"]
     assert "#SBATCH --gpus-per-node=8" in header[:header.index("#SBATCH hetjob")]
     assert render_launch(config).startswith("srun --het-group=0-1 ")
+
+
+def test_auto_backend_submits_a_het_job_through_sbatch(monkeypatch: pytest.MonkeyPatch):
+    from slurmfabric.job import submit
+
+    monkeypatch.setattr(submit, "resolve_backend", lambda name: "pyslurm")  # pyslurm works
+    assert submit.build_request(het_config(), backend="auto").backend == "sbatch"
+    with pytest.raises(UsageError, match="job.components"):
+        submit.build_request(het_config(), backend="pyslurm")
