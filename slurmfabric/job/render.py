@@ -316,7 +316,9 @@ def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -
     """Only the launch command(s) for the config's launcher (one line per step). Each step
     names its own node and task counts, so it starts the config's ranks under any
     ``#SBATCH`` header that allocates enough (it needs the env block before it); with the
-    program.task_setup it passes on (shellchecked, as in the whole script)."""
+    program.task_setup it passes on (shellchecked, as in the whole script). A heterogeneous
+    job's step (``srun --het-group``) takes each component's layout from the allocation, so
+    it needs the components' ``#SBATCH`` lines (render_sbatch_header)."""
     usercode.check_code(config)
     return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
 
