@@ -137,6 +137,8 @@ class JobSection(Section):
     distribution: Optional[str] = None
     hint: Optional[str] = None
     extra_sbatch: list[str] = Field(default_factory=list)
+    # [[job.components]]: more components of a heterogeneous job; [job] is component 0.
+    components: list[JobComponent] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -231,6 +233,34 @@ class JobSection(Section):
                     "(for example '--gres=nvme:1'); '#SBATCH' is added for you"
                 )
         return value
+
+
+class JobComponent(JobSection):
+    """One more component of a heterogeneous job (``[[job.components]]``, het group 1, 2,
+    ...): what Slurm allocates per component, checked as in ``[job]``. Job-wide fields
+    (name, time, output, ...) belong to ``[job]`` alone; Slurm propagates them
+    (https://slurm.schedmd.com/heterogeneous_jobs.html, "Submitting Jobs")."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _per_component(cls, data: Any) -> Any:
+        from slurmfabric.job.options import COMPONENT_FIELDS
+
+        if isinstance(data, dict):
+            # A job-wide field at its default is what a dumped config (a script's embedded
+            # config line) holds: only a value that would be lost is refused.
+            fields = JobSection.model_fields
+            wide = sorted(name for name, value in data.items()
+                          if name in fields and name not in COMPONENT_FIELDS
+                          and value != fields[name].get_default(call_default_factory=True))
+            if "components" in wide:
+                raise ValueError("components: a component has no components of its own; "
+                                 "accepted: every component as one [[job.components]] table")
+            if wide:
+                raise ValueError(
+                    f"{wide[0]} is job-wide: set it in [job] (component 0; Slurm propagates "
+                    f"it to every component); accepted here: {', '.join(sorted(COMPONENT_FIELDS))}")
+        return data
 
 
 class Rendezvous(Section):
@@ -627,6 +657,35 @@ class FabricSection(Section):
 def cross_field_problems(job: JobSection, launcher: LauncherSection,
                          program: ProgramSection) -> list[str]:
     """Rules that tie sections together; each returned line names the fields and the fix."""
+    problems = count_problems(job, launcher)
+    kind = launcher.type
+    if kind == "nccl-tests" and program.command:
+        problems.append(
+            "program.command: nccl-tests runs the binaries of launcher.nccl_tests.ops, not a "
+            "program; accepted: unset (empty)"
+        )
+    if kind != "nccl-tests" and not program.command:
+        problems.append(
+            "program.command: empty; accepted: the program and its arguments as a list, "
+            "e.g. [\"python\", \"train.py\"]"
+        )
+    problems += component_problems(job, launcher)
+    problems += resume_problems(job, launcher)
+    problems += request_problems(job, launcher)
+    from slurmfabric.job.options import extra_sbatch_problems  # the options table's owner
+
+    problems += extra_sbatch_problems(job, launcher)
+    if kind == "mpirun" and program.container_image:
+        problems.append(
+            "program.container_image: containers start through srun (pyxis); accepted with "
+            "launchers torchrun, srun, srun-pmix, nccl-tests, not mpirun"
+        )
+    return problems
+
+
+def count_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
+    """A component's tasks and GPUs per node against the launcher (``[job]`` and each
+    ``[[job.components]]`` alike)."""
     problems: list[str] = []
     kind = launcher.type
     gpus, tasks = job.gpus_per_node, job.ntasks_per_node
@@ -669,27 +728,39 @@ def cross_field_problems(job: JobSection, launcher: LauncherSection,
                 f"job.ntasks_per_node: a CPU-only {kind} job (job.gpus_per_node=0) needs the "
                 "number of tasks per node; accepted: an integer >= 1"
             )
-    if kind == "nccl-tests" and program.command:
-        problems.append(
-            "program.command: nccl-tests runs the binaries of launcher.nccl_tests.ops, not a "
-            "program; accepted: unset (empty)"
-        )
-    if kind != "nccl-tests" and not program.command:
-        problems.append(
-            "program.command: empty; accepted: the program and its arguments as a list, "
-            "e.g. [\"python\", \"train.py\"]"
-        )
-    problems += resume_problems(job, launcher)
-    problems += request_problems(job, launcher)
-    from slurmfabric.job.options import extra_sbatch_problems  # the options table's owner
-
-    problems += extra_sbatch_problems(job, launcher)
-    if kind == "mpirun" and program.container_image:
-        problems.append(
-            "program.container_image: containers start through srun (pyxis); accepted with "
-            "launchers torchrun, srun, srun-pmix, nccl-tests, not mpirun"
-        )
     return problems
+
+
+def component_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
+    """``[[job.components]]`` against the launcher: each component's counts, and what one
+    launch step spanning every component (srun --het-group) needs."""
+    if not job.components:
+        return []
+    kind = launcher.type
+    out: list[str] = []
+    if kind in ("mpirun", "nccl-tests"):
+        out.append(f"job.components: launcher.type = {kind!r} counts its ranks from component "
+                   "0's nodes only; accepted: launcher.type 'srun', 'srun-pmix' or 'torchrun' "
+                   "with [[job.components]], or no components")
+    if job.array is not None:
+        out.append("job.array: Slurm runs no job arrays of heterogeneous jobs "
+                   "(heterogeneous_jobs.html, Limitations); accepted: unset with "
+                   "[[job.components]]")
+    own = set(count_problems(job, launcher))  # said once, for [job]
+    for index, component in enumerate(job.components):
+        where = f"job.components[{index}]."
+        lines = count_problems(component, launcher) + request_problems(component, launcher)
+        out += [line.replace("job.", where) for line in lines if line not in own]
+        if component.cpus_per_task != job.cpus_per_task:
+            out.append(f"{where}cpus_per_task: the launch step (srun --het-group) passes one "
+                       f"--cpus-per-task to every component, job.cpus_per_task = "
+                       f"{job.cpus_per_task!r}; accepted: the same value as job.cpus_per_task")
+        if kind == "torchrun" and launcher.nproc_per_node is None and \
+                component.gpus_per_node != job.gpus_per_node:
+            out.append(f"{where}gpus_per_node: one torchrun command starts every node's workers "
+                       f"(one per GPU), and job.gpus_per_node = {job.gpus_per_node}; accepted: "
+                       f"{job.gpus_per_node} (the same workers per node in every component)")
+    return out
 
 
 def slurm_tasks_per_node(job: JobSection, launcher: LauncherSection) -> int:
@@ -829,6 +900,9 @@ _K8S_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
                             r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _K8S_RESOURCE = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}"
                            r"[A-Za-z0-9])?$")  # a qualified name, as resource names are
+
+
+JobSection.model_rebuild()
 
 
 class KubernetesSection(Section):

@@ -50,6 +50,13 @@ def _name(config: Any) -> str:
 _SHELL_ONLY = ("setup", "teardown", "task_setup")
 
 
+def _refuse_components(config: Any) -> None:
+    if config.job.components:
+        raise UsageError("job.components has no Kubernetes form: a heterogeneous job is a "
+                         "Slurm allocation of several components, a manifest has one pod shape",
+                         hint="drop [[job.components]] for a Kubernetes target")
+
+
 def _refuse_shell_only(config: Any) -> None:
     if config.steps:
         raise UsageError("steps has no Kubernetes form: a pod has no srun steps around its "
@@ -501,6 +508,7 @@ def _check_launcher(config: Any, target: str) -> None:
 def build(config: Any, target: str) -> dict:
     if target not in BUILDERS:
         raise UsageError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    _refuse_components(config)
     _check_launcher(config, target)
     manifest = BUILDERS[target](config)
     manifest["metadata"]["annotations"] = {REQUIRES_ANNOTATION: REQUIRES[target]}

@@ -200,6 +200,41 @@ OPTIONS: tuple[Option, ...] = (
     Option("hint", None, _job("hint")),  # pyslurm 25.11 has no hint attribute
 )
 
+# The JobSection fields a [[job.components]] entry may set: what Slurm allocates per
+# component of a heterogeneous job. The others (name, time, output, requeue, ...) are
+# job-wide: set once in [job], which Slurm propagates to every component
+# (https://slurm.schedmd.com/heterogeneous_jobs.html, "Submitting Jobs").
+COMPONENT_FIELDS = frozenset({
+    "nodes", "ntasks_per_node", "gpus_per_node", "gpu_request", "gpus_per_task", "gpu_type",
+    "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_cpu", "mem_per_gpu", "partition",
+    "account", "qos", "constraint", "reservation", "exclusive", "exclude", "nodelist",
+    "ntasks_per_core", "distribution", "hint",
+})
+
+
+def _per_component(option: Option) -> bool:
+    return _field(option).split("/")[0].removeprefix("job.") in COMPONENT_FIELDS
+
+
+def component_configs(config: JobConfig) -> list[JobConfig]:
+    """One config per extra component (het group 1, 2, ...): the job's, with the
+    component in place of ``[job]``, so shape() and the table read it as they read [job]."""
+    return [config.model_copy(update={"job": component}) for component in config.job.components]
+
+
+def component_sbatch_options(config: JobConfig) -> list[list[str]]:
+    """Each extra component's ``#SBATCH`` options (after ``#SBATCH hetjob``): only the
+    per-component options; job-wide ones come from [job] and Slurm propagates them."""
+    return [sorted(option.sbatch_line(value) for option, value in given(component)
+                   if _per_component(option))
+            for component in component_configs(config)]
+
+
+def total_nodes(config: JobConfig) -> int:
+    """The nodes of every component together (a plain job: job.nodes)."""
+    return config.job.nodes + sum(c.nodes for c in config.job.components)
+
+
 # sbatch(1) options that are a proper prefix of a modelled name but options of their own
 # (getopt_long takes any unambiguous prefix of a long option, so other prefixes would be
 # an abbreviation of a modelled option, or ambiguous).
@@ -281,6 +316,12 @@ def pyslurm_fields(config: JobConfig) -> dict[str, Any]:
     """The same options as JobSubmitDescription attributes. Raw ``extra_sbatch`` lines have
     no attribute, so they are refused rather than dropped (pyslurm's own #SBATCH parser,
     load_sbatch_options, splits on '=' and '#' and is not used)."""
+    if config.job.components:
+        raise UsageError(
+            "job.components: a heterogeneous job cannot be passed through the pyslurm backend "
+            "(slurmfabric hands it one JobSubmitDescription)",
+            hint="use --backend sbatch, or drop [[job.components]]",
+        )
     if config.job.extra_sbatch:
         raise UsageError(
             "job.extra_sbatch lines cannot be passed through the pyslurm backend",

@@ -26,7 +26,12 @@ from slurmfabric._common.textcheck import shell_word
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import ConfigError
 from slurmfabric.job import expansion, usercode
-from slurmfabric.job.options import sbatch_options, shape  # the #SBATCH lines: options.py
+from slurmfabric.job.options import (  # the #SBATCH lines: options.py
+    component_sbatch_options,
+    sbatch_options,
+    shape,
+    total_nodes,
+)
 
 CONFIG_MARKER = "# slurmfabric-config: "
 _PACKAGE = Path(__file__).resolve().parents[1]  # slurmfabric/
@@ -225,15 +230,14 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
                             for arg in config.launcher.mpirun_args),
         "tasks_per_node": job_shape.tasks_per_node,
-        # A launch step carries its own counts: a generator's header may have no
-        # --ntasks-per-node, and srun would then start one task per node.
-        "step_counts": Shell(f'--nodes="$SLURM_NNODES" '
-                             f"--ntasks-per-node={job_shape.tasks_per_node}"),
+        **_layout(config, job_shape.tasks_per_node),
         "workers_per_node": job_shape.workers_per_node,
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
         "nccl_exports": nccl_exports(config),
         "nccl_tests_binaries": binaries,
         "sbatch_options": sbatch_options(config),
+        "component_sbatch_options": component_sbatch_options(config),
+        "total_nodes": total_nodes(config),
         "version": __version__,
         "digest": config_digest(config),
         "config_json": config_json(config),
@@ -243,6 +247,32 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "supervise_args": supervise_args(config),
         **{key: _shell_tree(value) for key, value in usercode.context(config, q).items()},
     }
+
+
+def _layout(config: JobConfig, tasks_per_node: int) -> dict[str, Shell]:
+    """How the launch step names its nodes and tasks.
+
+    A plain job's step carries its own counts (a generator's header may have no
+    --ntasks-per-node, and srun would then start one task per node). A heterogeneous job's
+    one step spans every component with ``srun --het-group=0-N``, each component with its
+    own allocation's layout; there ``$SLURM_NNODES`` is component 0's alone, so the node
+    total adds the ``*_HET_GROUP_<n>`` counts (https://slurm.schedmd.com/heterogeneous_jobs.html,
+    "Launching Applications" and "Environment Variables"; recorded on Slurm 22.05: the
+    step's SLURM_PROCID runs 0..N-1 over both components)."""
+    groups = len(config.job.components)
+    if not groups:
+        return {"step_counts": Shell(f'--nodes="$SLURM_NNODES" '
+                                     f"--ntasks-per-node={tasks_per_node}"),
+                "agent_counts": Shell('--nodes="$SLURM_NNODES" --ntasks-per-node=1'),
+                "nnodes_total": Shell('"$SLURM_NNODES"'),
+                "check_counts": [Shell('--nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" '
+                                       "--ntasks-per-node=1")]}
+    het = Shell(f"--het-group=0-{groups}")
+    counts = [f"SLURM_JOB_NUM_NODES_HET_GROUP_{n}" for n in range(groups + 1)]
+    return {"step_counts": het, "agent_counts": het,
+            "nnodes_total": Shell('"$((' + " + ".join(counts) + '))"'),
+            "check_counts": [Shell(f'--het-group={n} --nodes="${c}" --ntasks="${c}" '
+                                   "--ntasks-per-node=1") for n, c in enumerate(counts)]}
 
 
 def _shell_tree(value: Any) -> Any:
@@ -286,7 +316,9 @@ def render_launch(config: JobConfig, *, slurmfabric_bin: Optional[str] = None) -
     """Only the launch command(s) for the config's launcher (one line per step). Each step
     names its own node and task counts, so it starts the config's ranks under any
     ``#SBATCH`` header that allocates enough (it needs the env block before it); with the
-    program.task_setup it passes on (shellchecked, as in the whole script)."""
+    program.task_setup it passes on (shellchecked, as in the whole script). A heterogeneous
+    job's step (``srun --het-group``) takes each component's layout from the allocation, so
+    it needs the components' ``#SBATCH`` lines (render_sbatch_header)."""
     usercode.check_code(config)
     return _render(f"launch/{config.launcher.type}.sh.j2", config, slurmfabric_bin)
 

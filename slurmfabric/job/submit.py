@@ -143,7 +143,9 @@ def build_request(
     script_args: Sequence[str] = (),
 ) -> SubmitRequest:
     """Render and describe the submission; submits nothing."""
-    resolved = "sbatch" if test_only else resolve_backend(backend)
+    # auto: a heterogeneous job has only the sbatch form (options.pyslurm_fields refuses it)
+    resolved = "sbatch" if test_only or (backend == "auto" and config.job.components) \
+        else resolve_backend(backend)
     if resolved == "pyslurm" and (sbatch_args or params or script_args):
         what = "--sbatch-arg" if sbatch_args else "--param" if params else "arguments after --"
         raise UsageError(f"{what} needs the sbatch backend", hint="use --backend sbatch")

@@ -89,22 +89,33 @@ def launch_options(config: Any) -> str:
     return "".join(" " + opt for opt in opts)
 
 
-def step_line(step: Any, q: Callable[[Any], str]) -> str:
-    """One ``[[steps]]`` entry as an srun line. The task count is explicit: srun in a batch
+def step_line(step: Any, q: Callable[[Any], str], groups: int = 0) -> str:
+    """One ``[[steps]]`` entry as srun line(s). The task count is explicit: srun in a batch
     job reads SLURM_NTASKS (the job's) from the environment otherwise (srun(1), INPUT
-    ENVIRONMENT VARIABLES)."""
+    ENVIRONMENT VARIABLES). In a heterogeneous job (``groups`` extra components) a step
+    over every node runs once per component (``srun --het-group=N``, one after the other),
+    each with that component's node count, since $SLURM_NNODES is component 0's alone
+    (https://slurm.schedmd.com/heterogeneous_jobs.html); a step with ``nodes`` runs in
+    component 0, srun's default group."""
     per_node = step.ntasks_per_node or 1
-    if step.nodes is None:
-        layout = (f'--nodes="$SLURM_NNODES" --ntasks="$((SLURM_NNODES * {per_node}))" '
-                  f"--ntasks-per-node={per_node}")
+    if step.nodes is not None:
+        layouts = [f"--nodes={step.nodes} --ntasks={step.nodes * per_node} "
+                   f"--ntasks-per-node={per_node}"]
+    elif not groups:
+        layouts = [f'--nodes="$SLURM_NNODES" --ntasks="$((SLURM_NNODES * {per_node}))" '
+                   f"--ntasks-per-node={per_node}"]
     else:
-        layout = (f"--nodes={step.nodes} --ntasks={step.nodes * per_node} "
-                  f"--ntasks-per-node={per_node}")
-    words = [f"srun --job-name={q(step.name)}", layout, "--kill-on-bad-exit=1"]
-    if step.container_image:
-        words.append(f"--container-image={q(step.container_image)}")
-    words += [q(arg) for arg in step.srun_args]
-    return " ".join(words) + " \\\n  " + " ".join(q(arg) for arg in step.command)
+        layouts = [f'--het-group={n} --nodes="$SLURM_JOB_NUM_NODES_HET_GROUP_{n}" '
+                   f'--ntasks="$((SLURM_JOB_NUM_NODES_HET_GROUP_{n} * {per_node}))" '
+                   f"--ntasks-per-node={per_node}" for n in range(groups + 1)]
+    lines = []
+    for layout in layouts:
+        words = [f"srun --job-name={q(step.name)}", layout, "--kill-on-bad-exit=1"]
+        if step.container_image:
+            words.append(f"--container-image={q(step.container_image)}")
+        words += [q(arg) for arg in step.srun_args]
+        lines.append(" ".join(words) + " \\\n  " + " ".join(q(arg) for arg in step.command))
+    return "\n".join(lines)
 
 
 def param_lines(params: dict[str, str], q: Callable[[Any], str]) -> list[str]:
@@ -121,6 +132,7 @@ def param_lines(params: dict[str, str], q: Callable[[Any], str]) -> list[str]:
 def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
     """Template values for the code sections and the launch (plain text: render wraps it)."""
     program = config.program
+    groups = len(config.job.components)
     return {
         "setup_lines": list(program.setup),
         "teardown_lines": list(program.teardown),
@@ -130,8 +142,10 @@ def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
         "srun_binds": any(arg.startswith("--cpu-bind") for arg in config.launcher.srun_args),
         "program_argv": expansion.program_argv(program, q),
         "params": param_lines(program.params, q),
-        "steps_before": [(s.name, step_line(s, q)) for s in config.steps if s.when == "before"],
-        "steps_after": [(s.name, step_line(s, q)) for s in config.steps if s.when == "after"],
+        "steps_before": [(s.name, step_line(s, q, groups)) for s in config.steps
+                         if s.when == "before"],
+        "steps_after": [(s.name, step_line(s, q, groups)) for s in config.steps
+                        if s.when == "after"],
         # the launch runs in a subshell when anything follows it (an 'exec' inside stays there)
         "wrap_launch": bool(program.teardown) or any(s.when == "after" for s in config.steps),
     }

@@ -507,8 +507,18 @@ def _slurm_job(ask: _Ask) -> RankEnv | None:
     if step_id is not None:
         return None
     common = _slurm_common(ask, job_id, None)
-    nnodes = _int(ask.env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
-    return RankEnv(scope="job", nnodes=nnodes, **common)
+    return RankEnv(scope="job", nnodes=_job_nodes(ask.env), **common)
+
+
+def _job_nodes(env: Mapping[str, str]) -> int:
+    """The job's nodes. In a heterogeneous job's batch shell SLURM_JOB_NUM_NODES counts
+    component 0 alone; SLURM_HET_SIZE components each give SLURM_JOB_NUM_NODES_HET_GROUP_<n>
+    (https://slurm.schedmd.com/heterogeneous_jobs.html, "Environment Variables"), and a
+    step over them all (srun --het-group) has their total."""
+    size = env.get("SLURM_HET_SIZE", "")
+    if size.isdigit() and int(size) > 1:
+        return sum(_int(env, f"SLURM_JOB_NUM_NODES_HET_GROUP_{n}") for n in range(int(size)))
+    return _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
 
 
 class _Layout(Record):

@@ -23,7 +23,8 @@ PROBE = (
     "import json, os, socket; print(json.dumps({'probe': 1, "
     "'rank': int(os.environ['RANK']), 'node': os.environ.get('SLURMD_NODENAME'), "
     "'env': {k: os.environ.get(k) for k in ('LD_LIBRARY_PATH', 'SF_SETUP', 'SF_TASK_SETUP', "
-    "'WORLD_SIZE', 'SF_PARAM')}, 'argv': __import__('sys').argv[1:]}), flush=True)"
+    "'WORLD_SIZE', 'SF_PARAM', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'NODE_RANK', "
+    "'MASTER_ADDR')}, 'argv': __import__('sys').argv[1:]}), flush=True)"
 )
 
 
@@ -108,6 +109,27 @@ def test_setup_teardown_steps_params_and_args(cluster: Cluster, tmp_path: Path) 
     assert max(i for i, line in enumerate(lines) if line.startswith("STEP-before")) < first_rank
     assert lines.index(f"STEP-after {after[0]}") > first_rank
     assert marker.read_text().strip() == f"done-{job_id}"
+
+
+def test_het_job_components_see_one_world(cluster: Cluster, tmp_path: Path) -> None:
+    """A heterogeneous job ([job]: 1 node x 2 tasks, [[job.components]]: 1 node x 1 task)
+    launches one srun --het-group=0-1 step in which every rank sees one world of 3: ranks
+    0..2 over two nodes, local ranks per node, one master (component 0's node). The node
+    check runs once per component (https://slurm.schedmd.com/heterogeneous_jobs.html)."""
+    component = f'[{{nodes = 1, ntasks_per_node = 1, partition = "{cluster.partition}"}}]'
+    args = [*base_sets(cluster, nodes=1, per_node=2),
+            *sets(f"job.components={component}", "launcher.check_nodes=true")]
+    _, output = submit(cluster, tmp_path, args)
+    records = probe_records(output)
+    assert sorted(r["rank"] for r in records) == [0, 1, 2], output
+    assert {r["env"]["WORLD_SIZE"] for r in records} == {"3"}, output
+    by_rank = {r["rank"]: r for r in records}
+    first, second = by_rank[0]["node"], by_rank[2]["node"]
+    assert first != second and by_rank[1]["node"] == first, output  # component 0: ranks 0, 1
+    assert [by_rank[n]["env"]["LOCAL_RANK"] for n in range(3)] == ["0", "1", "0"], output
+    assert [by_rank[n]["env"]["LOCAL_WORLD_SIZE"] for n in range(3)] == ["2", "2", "1"]
+    assert [by_rank[n]["env"]["NODE_RANK"] for n in range(3)] == ["0", "0", "1"], output
+    assert {r["env"]["MASTER_ADDR"] for r in records} == {first}, output
 
 
 @pytest.fixture(scope="module")

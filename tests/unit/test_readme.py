@@ -137,6 +137,8 @@ ELSEWHERE: dict[str, str] = {
 # Python and TOML blocks of the pages, by a string only that block of its page holds, with
 # the test that runs or loads it as written.
 BLOCKS: dict[tuple[str, str], str] = {
+    ("docs/launch.md", "[[job.components]]"):
+        "tests/unit/test_hetjob.py::test_the_docs_block_renders_what_it_says",
     ("README.md", "bash scripts/test.sh"):
         "tests/unit/test_readme.py::test_the_setup_commands_are_what_ci_runs",
     ("docs/site.md", "[cli_filter]"):
