@@ -342,8 +342,8 @@ def test_mpijob_ranks_get_every_variable_under_real_open_mpi(tmp_path) -> None:
     executing the program" (Open MPI mpirun(1)). The 'slurmfabric' on the agent's PATH
     stands in for the image's."""
     mpirun = shutil.which("mpirun")
-    if mpirun is None or not shutil.which("orted"):
-        pytest.skip("Open MPI's mpirun is not installed")
+    assert mpirun is not None and shutil.which("orted"), \
+        "Open MPI missing: apt-get install openmpi-bin (scripts/test.sh does)"
     probe, out = tmp_path / "probe.py", tmp_path / "ranks"
     out.mkdir()
     probe.write_text("import json, os, sys\n"

@@ -186,8 +186,7 @@ def test_launch_setup_keeps_the_argv_as_data(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("field", ["setup", "teardown", "task_setup"])
 def test_a_shellcheck_error_refuses_the_config_naming_field_and_code(field: str) -> None:
-    if not shutil.which("shellcheck"):
-        pytest.skip("shellcheck not installed")
+    assert shutil.which("shellcheck"), "shellcheck missing: apt-get install shellcheck"
     config = _config(f'program.{field}=["if [ -f x]; then echo y; fi"]')
     with pytest.raises(ConfigError) as err:
         render_sbatch(config)
@@ -235,8 +234,7 @@ def test_teardown_is_refused_with_resume() -> None:
 
 
 def test_rendered_scripts_with_code_pass_shellcheck(tmp_path: Path) -> None:
-    if not shutil.which("shellcheck"):
-        pytest.skip("shellcheck not installed")
+    assert shutil.which("shellcheck"), "shellcheck missing: apt-get install shellcheck"
     paths = []
     for i, launcher in enumerate(["srun", "mpirun", "torchrun"]):
         config = _config("program.setup=" + _toml(SETUP), 'program.task_setup=["umask 022"]',
@@ -638,7 +636,6 @@ def test_params_from_the_environment_keep_their_spelling(monkeypatch) -> None:
 def test_the_launch_part_alone_shellchecks_its_task_setup() -> None:
     from slurmfabric.job.render import render_launch
 
-    if not shutil.which("shellcheck"):
-        pytest.skip("shellcheck not installed")
+    assert shutil.which("shellcheck"), "shellcheck missing: apt-get install shellcheck"
     with pytest.raises(ConfigError, match="program.task_setup: ShellCheck SC1020"):
         render_launch(_config('program.task_setup=["if [ -f x]; then echo y; fi"]'))

@@ -23,8 +23,17 @@ from slurmfabric.progress.watch import read_beats
 ROOT = Path(__file__).resolve().parents[2]
 RANK = ROOT / "tests" / "progress_rank.py"
 
-needs_pyspy = pytest.mark.skipif(pyspy_path() is None, reason="py-spy not installed "
-                                 "(the 'diagnose' extra): scripts/test.sh installs it")
+def _require_pyspy() -> None:
+    """py-spy is the 'diagnose' extra, which scripts/test.sh installs: missing is a failure."""
+    assert pyspy_path() is not None, "py-spy missing: pip install -e '.[diagnose]'"
+
+
+needs_pyspy = pytest.mark.usefixtures("_pyspy")
+
+
+@pytest.fixture
+def _pyspy() -> None:
+    _require_pyspy()
 
 
 def start_ranks(tmp_path: Path, job: str, extra: dict[int, list[str]]) -> list[subprocess.Popen]:
