@@ -14,7 +14,10 @@ running ``slurmfabric health check``, whose failure keeps the pod from starting.
 The config was written for Slurm, so what has no pod form is translated or refused, never
 dropped: an enroot/pyxis image reference becomes a registry reference (a squashfs file is
 refused), ``program.container_mounts`` become volumes, and a launcher that starts MPI ranks
-renders only as an MPIJob. Each manifest names, in the ``slurmfabric/requires`` annotation,
+renders only as an MPIJob; ``job.time`` becomes the operator's ``activeDeadlineSeconds``.
+Every other field is honoured, refused (``_refuse_unhonoured``), or only tells Slurm how to
+queue, bill, log or mail the job (docs/kubernetes.md, "Every field on Kubernetes", the
+audit the tests keep complete). Each manifest names, in the ``slurmfabric/requires`` annotation,
 the oldest operator release that serves every field it uses.
 
 YAML comes out with every string in double quotes (JSON escapes, valid YAML): values from
@@ -74,6 +77,60 @@ def _refuse_shell_only(config: Any) -> None:
             raise UsageError(f"program.{field} has no Kubernetes form: a pod runs its "
                              "command with no batch shell around it",
                              hint=f"bake it into the image, or drop program.{field}")
+
+
+# The audit of every config field against a pod (docs/kubernetes.md, "Every field on
+# Kubernetes"): what is not honoured is refused here, unless it only tells Slurm how to
+# queue, bill, log or mail the job (the pod's program runs the same without it).
+# Fields that choose the hardware, the software, how often or when the job runs:
+_JOB_REFUSED = {
+    "nodelist": "pin the pods with a nodeAffinity on kubernetes.io/hostname in the manifest",
+    "exclude": "keep pods off those nodes with a taint or a nodeAffinity in the manifest",
+    "constraint": "select the nodes with a nodeSelector on their labels in the manifest",
+    "gpu_type": "select the GPU model with a nodeSelector on nvidia.com/gpu.product "
+                "(GPU feature discovery) in the manifest",
+    "array": "render one manifest per array task (a distinct job.name each)",
+    "dependency": "create the manifest once the jobs it waits for have finished",
+    "extra_sbatch": "give what the options do through [kubernetes], or in the manifest",
+}
+# Open MPI's mpirun starts its ranks with its own PMIx server, which is what an MPIJob runs
+# (mpi-operator's default mpiImplementation, OpenMPI); the launcher's '-x' exports and
+# OMPI_ALLOW_RUN_AS_ROOT are Open MPI's. Slurm's other PMI plugins name MPI builds whose
+# launchers take other options (MPICH/MVAPICH hydra, Cray PALS).
+_OPEN_MPI_PMI = ("pmix", "pmix_v3", "pmix_v4", "pmix_v5", "default")
+
+
+def _refuse_unhonoured(config: Any, target: str) -> None:
+    """Refuse every field that would otherwise be dropped without a word."""
+    for field, fix in _JOB_REFUSED.items():
+        if getattr(config.job, field):
+            raise UsageError(f"job.{field} has no Kubernetes form in a rendered manifest: it "
+                             "would be dropped", hint=f"drop job.{field}, and {fix}")
+    if config.program.modules or config.launcher.slurmfabric_module:
+        field = "program.modules" if config.program.modules else "launcher.slurmfabric_module"
+        raise UsageError(f"{field} has no Kubernetes form: environment modules ('module "
+                         "load') are a host's software, and a pod runs only its image's",
+                         hint=f"install that software in kubernetes.image, and drop {field}")
+    if config.launcher.resume.enabled:
+        raise UsageError("launcher.resume.events has no Kubernetes form: a pod has no Slurm "
+                         "time-limit signal or requeue", hint="drop launcher.resume.events "
+                         "(the operator restarts failed pods: restartPolicy, backoffLimit)")
+    fields = {"--container-workdir": "program.workdir", "--container-env": "program.env",
+              "--container-mounts": "program.container_mounts",
+              "--container-image": "kubernetes.image"}
+    for arg in config.launcher.srun_args:
+        option = arg.split("=", 1)[0]
+        fix = f"give it as {fields[option]} instead" if option in fields else \
+            "drop launcher.srun_args for a Kubernetes target"
+        raise UsageError(f"launcher.srun_args {option}: a pod has no srun, so this would be "
+                         "dropped", hint=fix)
+    mpi = config.launcher.nccl_tests.mpi
+    if target == "mpijob" and config.launcher.type == "nccl-tests" and \
+            mpi not in _OPEN_MPI_PMI:
+        raise UsageError(f"launcher.nccl_tests.mpi {mpi!r}: an MPIJob runs Open MPI's mpirun "
+                         "(its own PMIx), not an MPI built for Slurm's "
+                         f"{mpi} plugin", hint="use an Open MPI build of nccl-tests in "
+                         "kubernetes.image and set launcher.nccl_tests.mpi = \"pmix\"")
 
 
 def _env(config: Any) -> list[dict[str, str]]:
@@ -177,6 +234,12 @@ def _resources(config: Any, gpus: bool = True) -> dict:
     return {"limits": limits} if limits else {}
 
 
+def _slurmfabric(config: Any) -> str:
+    """launcher.slurmfabric (a command or absolute path, e.g. on a mounted file system),
+    else the image's 'slurmfabric' on its PATH."""
+    return config.launcher.slurmfabric or "slurmfabric"
+
+
 def _worker_command(config: Any, kind: str) -> list[str]:
     """torchrun with one worker per GPU, each through 'slurmfabric launch'. The operators
     of PyTorchJob and TrainJob give torchrun its arguments as PET_* variables; for JobSet
@@ -185,8 +248,12 @@ def _worker_command(config: Any, kind: str) -> list[str]:
     if not program:
         raise UsageError("program.command is empty", hint="set program.command")
     launcher = config.launcher
-    run = [*launcher.torchrun, *launcher.torchrun_args, "--no-python", "slurmfabric", "launch",
+    run = [*launcher.torchrun, *launcher.torchrun_args, "--no-python", _slurmfabric(config),
+           "launch",
            "--mode", "torchrun", *([] if launcher.bind else ["--no-bind"]), "--", *program]
+    if kind == "jobset" and launcher.slurmfabric:  # its path is data: $1, not script text
+        return ["/bin/sh", "-c", 'sf=$1; shift; eval "$("$sf" env --no-plan)" && exec "$@"',
+                "sh", launcher.slurmfabric, *run]
     if kind == "jobset":
         return ["/bin/sh", "-c", 'eval "$(slurmfabric env --no-plan)" && exec "$@"', "sh",
                 *run]
@@ -245,13 +312,6 @@ def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
     source, an in-memory emptyDir for pyxis's ``tmpfs``, else a hostPath volume (the same
     path on the node, as pyxis bind-mounts it), unless ``kubernetes.host_path_mounts`` is
     false. A mount is never dropped: what has no volume form is refused."""
-    for arg in config.launcher.srun_args:
-        if arg.startswith(("--container-mounts", "--container-image")):
-            option = arg.split("=", 1)[0]
-            field = "program.container_mounts" if option == "--container-mounts" \
-                else "kubernetes.image"
-            raise UsageError(f"launcher.srun_args {option}: a pod has no srun, so this "
-                             "would be dropped", hint=f"give it as {field} instead")
     claims = config.kubernetes.mount_claims
     unused = set(claims)
     volumes: list[dict] = []
@@ -300,7 +360,7 @@ def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
 def _health(config: Any) -> list[dict]:
     if not config.kubernetes.health_check:
         return []
-    command = ["slurmfabric", "health", "check"]
+    command = [_slurmfabric(config), "health", "check"]
     if config.kubernetes.health_config:
         command += ["--config", config.kubernetes.health_config]
     init = {"name": "slurmfabric-health", "image": _image(config), "command": command,
@@ -344,6 +404,21 @@ def _per_node(config: Any) -> tuple[int, int]:
     return job_shape.nodes, job_shape.workers_per_node
 
 
+def _deadline(config: Any) -> int | None:
+    """job.time as the seconds an operator lets the job run (activeDeadlineSeconds, from the
+    job's start, as Slurm counts its time limit); None when unlimited (Slurm reads a limit
+    of 0 as none: sbatch(1), --time)."""
+    from slurmfabric.config.models import time_limit_seconds
+
+    seconds = time_limit_seconds(config.job.time)
+    return seconds if seconds and seconds > 0 else None
+
+
+def _run_policy(config: Any, **policy: Any) -> dict:
+    deadline = _deadline(config)
+    return {**policy, **({"activeDeadlineSeconds": deadline} if deadline else {})}
+
+
 def pytorchjob(config: Any) -> dict:
     nodes, workers = _per_node(config)
     template = _pod(config, _container(config, "pytorch", _worker_command(config,
@@ -353,8 +428,11 @@ def pytorchjob(config: Any) -> dict:
     if nodes > 1:
         replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "OnFailure",
                               "template": template}
+    spec: dict[str, Any] = {"nprocPerNode": str(workers), "pytorchReplicaSpecs": replicas}
+    if _deadline(config):
+        spec["runPolicy"] = _run_policy(config)
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _meta(config),
-            "spec": {"nprocPerNode": str(workers), "pytorchReplicaSpecs": replicas}}
+            "spec": spec}
 
 
 def trainjob(config: Any) -> dict:
@@ -385,7 +463,7 @@ def trainjob(config: Any) -> dict:
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": _meta(config),
             "spec": {"runtimeRef": {"name": config.kubernetes.runtime}, "trainer": trainer,
-                     "runtimePatches": [patch]}}
+                     "runtimePatches": [patch], **_run_policy(config)}}
 
 
 def jobset(config: Any) -> dict:
@@ -398,7 +476,7 @@ def jobset(config: Any) -> dict:
                     extra)
     template["spec"]["restartPolicy"] = "Never"
     job = {"parallelism": nodes, "completions": nodes, "completionMode": "Indexed",
-           "backoffLimit": 0, "template": template}
+           "backoffLimit": 0, **_run_policy(config), "template": template}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": _meta(config),
             "spec": {"replicatedJobs": [{"name": "node", "replicas": 1,
@@ -442,7 +520,7 @@ def _mpirun(config: Any, ranks: int, exported: list[str], program: list[str]) ->
     return [config.launcher.mpirun, "-np", str(ranks),
             *([] if binds else ["--bind-to", "none"]),
             *[word for name in exported for word in ("-x", name)], *args,
-            "slurmfabric", "launch", "--mode", "mpi", "--", *program]
+            _slurmfabric(config), "launch", "--mode", "mpi", "--", *program]
 
 
 def mpijob(config: Any) -> dict:
@@ -459,7 +537,8 @@ def mpijob(config: Any) -> dict:
                     [*_MPIRUN_AS_ROOT, *master], gpus=False)
     worker = _pod(config, _container(config, "worker", ["/usr/sbin/sshd", "-De"]))
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": _meta(config),
-            "spec": {"slotsPerWorker": ranks, "runPolicy": {"cleanPodPolicy": "Running"},
+            "spec": {"slotsPerWorker": ranks,
+                     "runPolicy": _run_policy(config, cleanPodPolicy="Running"),
                      "mpiReplicaSpecs": {
                          "Launcher": {"replicas": 1, "template": launcher},
                          "Worker": {"replicas": nodes, "template": worker}}}}
@@ -480,6 +559,9 @@ BUILDERS = {"pytorchjob": pytorchjob, "trainjob": trainjob, "jobset": jobset,
 #   config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml at v0.2.0 (034c8a2d0a37).
 # - MPIJob: kubeflow.org/v2beta1 is first in kubeflow/mpi-operator
 #   deploy/v2beta1/mpi-operator.yaml at v0.3.0 (db6930dcd509).
+# job.time's activeDeadlineSeconds is served by each of these: runPolicy in PyTorchJob
+# v1.7.0 and MPIJob v0.3.0, spec in TrainJob v2.2.0 (not v2.1.0), and batch/v1's JobSpec
+# inside a JobSet.
 REQUIRES = {
     "pytorchjob": "Kubeflow Training Operator v1, >= v1.7.0 (PyTorchJob kubeflow.org/v1 with "
                   "spec.nprocPerNode)",
@@ -511,6 +593,7 @@ def build(config: Any, target: str) -> dict:
     _refuse_components(config)
     _check_launcher(config, target)
     manifest = BUILDERS[target](config)
+    _refuse_unhonoured(config, target)
     manifest["metadata"]["annotations"] = {REQUIRES_ANNOTATION: REQUIRES[target]}
     return manifest
 

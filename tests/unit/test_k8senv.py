@@ -158,7 +158,8 @@ def test_ranks_of_a_rendered_mpijob_agree_on_their_master() -> None:
 
     repo = Path(__file__).resolve().parents[2]
     config = load_config(str(repo / "examples" / "h100-fsdp.toml"),
-                         ["kubernetes.image=nvcr.io#nvidia/pytorch:25.08-py3"], "")
+                         ["kubernetes.image=nvcr.io#nvidia/pytorch:25.08-py3",
+                          "program.modules=[]"], "")
     launcher = k8smanifest.build(config, "mpijob")["spec"]["mpiReplicaSpecs"]["Launcher"][
         "template"]["spec"]["containers"][0]
     values = {e["name"]: e["value"] for e in launcher["env"]}

@@ -37,7 +37,7 @@ CRD_FILES = {"pytorchjob": "kubeflow.org_pytorchjobs.yaml.gz",
              "mpijob": "kubeflow.org_mpijobs.yaml.gz"}
 SETS = ["kubernetes.image=nvcr.io/nvidia/pytorch:24.07-py3",
         "kubernetes.rdma_resource=rdma/rdma_shared_device_a", "kubernetes.networks=rdma-net",
-        "kubernetes.namespace=ml"]
+        "kubernetes.namespace=ml", "program.modules=[]"]
 
 
 @functools.cache
@@ -168,7 +168,10 @@ TORCH_TARGETS = ("pytorchjob", "trainjob", "jobset")
 
 
 def build(config_sets: list[str], target: str, toml: str = "h100-fsdp.toml") -> dict:
-    config = load_config(str(REPO / "examples" / toml), config_sets, "")
+    """The example's manifest; h100-fsdp.toml's environment modules are cleared, since a
+    Kubernetes target refuses them (test_every_unhonoured_field_is_refused...)."""
+    config = load_config(str(REPO / "examples" / toml), ["program.modules=[]", *config_sets],
+                         "")
     return yaml.safe_load(k8smanifest.to_yaml(k8smanifest.build(config, target)))
 
 
@@ -552,11 +555,202 @@ def test_a_trainjob_needs_trainer_2_2_as_its_annotation_says() -> None:
     spec.runtimePatches (crds/SOURCES.md, section 5), so the minimum is tight."""
     manifest = build([*SETS, *MOUNTS], "trainjob")
     assert ">= v2.2.0" in manifest["metadata"]["annotations"]["slurmfabric/requires"]
-    for tag, unknown in (("v2.2.0", []), ("v2.1.0", [".spec.runtimePatches"])):
+    for tag, unknown in (("v2.2.0", []), ("v2.1.0", [".spec.activeDeadlineSeconds",
+                                                  ".spec.runtimePatches"])):
         path = CRDS / f"trainer.kubeflow.org_trainjobs.{tag}.yaml.gz"
         with gzip.open(path, "rt", encoding="utf-8") as handle:
             crd = yaml.safe_load(handle)
         (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
         spec = served["schema"]["openAPIV3Schema"]
         assert list(jsonschema.Draft7Validator(spec).iter_errors(manifest)) == []
-        assert unknown_fields(manifest, spec) == unknown, tag
+        assert sorted(unknown_fields(manifest, spec)) == unknown, tag
+
+
+# --- every config field on Kubernetes: honoured, refused, or Slurm only ---------------------
+
+AUDIT_KINDS = ("honoured", "refused", "Slurm only", "honoured or refused")
+
+
+def audit_table() -> dict[str, str]:
+    """docs/kubernetes.md, "Every field on Kubernetes": field -> what a manifest does."""
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    section = text.split("### Every field on Kubernetes", 1)[1].split("\n### ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1] in AUDIT_KINDS:
+            for field in re.findall(r"`([a-z_.]+)`", cells[0]):
+                assert field not in rows, f"{field} has two rows"
+                rows[field] = cells[1]
+    return rows
+
+
+def config_fields() -> set[str]:
+    """Every leaf field of the job config, dotted; [[steps]] and [[job.components]] whole."""
+    from pydantic import BaseModel
+
+    from slurmfabric.config.models import JobConfig
+
+    out: set[str] = set()
+
+    def walk(model, prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            kind = info.annotation
+            if f"{prefix}{name}" in ("steps", "job.components"):
+                out.add(f"{prefix}{name}")
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                walk(kind, f"{prefix}{name}.")
+            else:
+                out.add(f"{prefix}{name}")
+
+    walk(JobConfig, "")
+    return out
+
+
+def test_the_audit_table_names_every_config_field_once() -> None:
+    """A field added to the config without a decision for Kubernetes fails here."""
+    table = audit_table()
+    assert set(table) == config_fields()
+
+
+# (field, --set values, target, words in the hint): every "refused" row of the table.
+REFUSED = [
+    ("job.nodelist", ["job.nodelist=gpu[001-004]"], "kubernetes.io/hostname"),
+    ("job.exclude", ["job.exclude=gpu007"], "taint"),
+    ("job.constraint", ["job.constraint=h100&ib"], "nodeSelector"),
+    ("job.gpu_type", ["job.gpu_type=h100"], "nvidia.com/gpu.product"),
+    ("job.array", ["job.array=0-3"], "one manifest per array task"),
+    ("job.dependency", ["job.dependency=afterok:12"], "jobs it waits for"),
+    ("job.extra_sbatch", ['job.extra_sbatch=["--gres=nvme:1"]'], "[kubernetes]"),
+    ("program.modules", ['program.modules=["cuda/12.4"]'], "install that software in "
+                                                           "kubernetes.image"),
+    ("launcher.slurmfabric_module", ["launcher.slurmfabric_module=slurmfabric/1.0"],
+     "kubernetes.image"),
+    ("launcher.srun_args", ['launcher.srun_args=["--cpu-bind=none"]'],
+     "drop launcher.srun_args"),
+    ("launcher.srun_args", ['launcher.srun_args=["--container-workdir=/w"]'],
+     "program.workdir"),
+    ("launcher.srun_args", ['launcher.srun_args=["--container-env=NCCL_IB_HCA"]'],
+     "program.env"),
+    ("launcher.resume.events", ["@resume-cpu.toml"], "restartPolicy"),
+    ("program.env_prepend", ["program.env_prepend.PATH=/opt/bin"], "program.env"),
+    ("program.env_append", ["program.env_append.PATH=/opt/bin"], "program.env"),
+    ("program.env_expand", ["program.env_expand.RUN=$HOME/run"], "program.env"),
+    ("program.setup", ['program.setup=["echo ready"]'], "image"),
+    ("program.teardown", ['program.teardown=["echo done"]'], "image"),
+    ("program.task_setup", ['program.task_setup=["echo task"]'], "image"),
+    ("program.params", ["program.params.LR=0.1"], "program.command"),
+    ("program.pass_args", ["program.pass_args=true"], "program.command"),
+    ("steps", ['steps=[{name="probe", command=["hostname"]}]'], "init containers"),
+    ("launcher.nccl_tests.mpi", ["@nccl-tests-sweep.toml", "launcher.nccl_tests.mpi=pmi2"],
+     'launcher.nccl_tests.mpi = "pmix"'),
+    ("launcher.nccl_tests.mpi", ["@nccl-tests-sweep.toml",
+                                 "launcher.nccl_tests.mpi=cray_shasta"], "Open MPI build"),
+]
+
+
+def refused_build(sets: list[str], target: str) -> None:
+    toml = next((s[1:] for s in sets if s.startswith("@")), "h100-fsdp.toml")
+    build([*SETS, *(s for s in sets if not s.startswith("@"))], target, toml)
+
+
+@pytest.mark.parametrize(("field", "sets", "fix"), REFUSED,
+                         ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(REFUSED)])
+def test_every_field_without_a_pod_form_is_refused_naming_it(field, sets, fix) -> None:
+    """Before this audit, program.modules, launcher.nccl_tests.mpi, launcher.srun_args other
+    than pyxis's mount/image, launcher.slurmfabric_module, launcher.resume and the job
+    fields above went into no manifest without a word."""
+    mpi = any(s.startswith("launcher.nccl_tests.mpi") for s in sets)
+    for target in ["mpijob"] if mpi else k8smanifest.TARGETS:
+        with pytest.raises(k8smanifest.UsageError) as caught:
+            refused_build(sets, target)
+        message, hint = str(caught.value), caught.value.hint
+        assert message.startswith(field) and "\n" not in message, message
+        assert fix in hint and "\n" not in hint, hint
+    # The fix leads somewhere: the same config without the field renders.
+    refused_build([*(s for s in sets if s.startswith("@")), *FIXED.get(field, [])],
+                  "mpijob" if mpi else "pytorchjob")
+
+
+FIXED = {"launcher.resume.events": ["launcher.resume.events=[]"]}
+
+
+def test_every_refused_row_of_the_table_has_its_refusal_test() -> None:
+    refused = {field for field, kind in audit_table().items() if kind == "refused"}
+    # job.components: tests/unit/test_hetjob.py, test_pyslurm_and_kubernetes_refuse_components
+    assert refused == {field for field, _, _ in REFUSED} - {"launcher.nccl_tests.mpi"} | {
+        "job.components"}
+
+
+def test_a_refused_field_is_one_line_and_exit_code_2_on_the_command_line() -> None:
+    proc = subprocess.run([sys.executable, "-m", "slurmfabric", "render", "-c",
+                           str(REPO / "examples" / "h100-fsdp.toml"), "--target", "jobset",
+                           "--set", "kubernetes.image=nvcr.io#nvidia/pytorch:25.08-py3"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+    first, hint = proc.stderr.splitlines()  # the error, and its fix
+    assert first.startswith("slurmfabric: error: program.modules has no Kubernetes form")
+    assert hint == "HINT: install that software in kubernetes.image, and drop program.modules"
+
+
+@pytest.mark.parametrize("mpi", ["pmix", "pmix_v3", "pmix_v4", "pmix_v5", "default"])
+def test_nccl_tests_mpi_for_open_mpi_renders_the_open_mpi_launcher(mpi) -> None:
+    """Slurm's PMIx plugins (and the cluster's default) mean an Open MPI build: under the
+    MPI Operator its own mpirun starts the ranks, the same MPIJob for each."""
+    manifest = build([*NCCL_TESTS, f"launcher.nccl_tests.mpi={mpi}"], "mpijob",
+                     "nccl-tests-sweep.toml")
+    validate(manifest, "mpijob")
+    assert "mpiImplementation" not in manifest["spec"]  # the operator's default: OpenMPI
+    runs = launcher_container(manifest)["command"][2].splitlines()
+    assert all(run.startswith("mpirun -np 8 --bind-to none -x ") for run in runs)
+    assert manifest == build(NCCL_TESTS, "mpijob", "nccl-tests-sweep.toml")
+
+
+@pytest.mark.parametrize(("time", "seconds"), [("2-00:00:00", 172800), ("90", 5400),
+                                               ("1:30:00", 5400), ("UNLIMITED", None),
+                                               ("0", None)])
+def test_the_time_limit_becomes_each_operators_active_deadline(time, seconds) -> None:
+    """job.time was dropped: a job Slurm stops after its limit ran on as pods forever."""
+    for target in k8smanifest.TARGETS:
+        manifest = build([*SETS, f"job.time={time}"], target)
+        validate(manifest, target)
+        spec = manifest["spec"]
+        if target in ("pytorchjob", "mpijob"):
+            where = spec.get("runPolicy", {})
+        elif target == "jobset":
+            where = spec["replicatedJobs"][0]["template"]["spec"]
+        else:
+            where = spec
+        assert where.get("activeDeadlineSeconds") == seconds, target
+        if seconds is None:
+            assert "activeDeadlineSeconds" not in json.dumps(manifest)
+
+
+def test_launcher_slurmfabric_is_the_command_in_every_pod_and_stays_data(tmp_path) -> None:
+    """launcher.slurmfabric (e.g. on a mounted file system) was dropped for the image's
+    'slurmfabric'. The JobSet's shell runs, for real, with a path holding a space and
+    '$(...)': the path reaches exec as one word, never as shell text."""
+    where = tmp_path / "s f$(touch pwned)"
+    where.mkdir()
+    fake = where / "slurmfabric"
+    fake.write_text('#!/bin/sh\n[ "$1 $2" = "env --no-plan" ] && echo "export FROM_ENV=yes"\n')
+    torchrun = tmp_path / "torchrun"
+    torchrun.write_text('#!/bin/sh\necho "FROM_ENV=$FROM_ENV"\nprintf "%s\\n" "$@"\n')
+    for script in (fake, torchrun):
+        script.chmod(0o755)
+    sets = [*SETS, f"launcher.slurmfabric={fake}", f'launcher.torchrun=["{torchrun}"]']
+    for target in k8smanifest.TARGETS:
+        text = json.dumps(build(sets, target))
+        assert json.dumps(str(fake)) in text
+        assert '"slurmfabric"' not in text.replace('"manager": "slurmfabric"', "")
+    pod = build(sets, "jobset")["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    command = pod["spec"]["containers"][0]["command"]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "FROM_ENV=yes" and str(fake) in lines and "launch" in lines
+    assert not (tmp_path / "pwned").exists()
+    health = pod["spec"]["initContainers"][0]["command"]
+    assert health == [str(fake), "health", "check"]
+    mpi = launcher_container(build([*sets, "launcher.type=mpirun"], "mpijob"))["command"]
+    assert mpi[mpi.index("--") - 4:mpi.index("--")] == [str(fake), "launch", "--mode", "mpi"]

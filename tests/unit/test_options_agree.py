@@ -132,6 +132,20 @@ def k8s_shape(manifest: dict) -> tuple[int, int]:
     return workers, spec["slotsPerWorker"]
 
 
+def without_slurm_only(config):
+    """The config less the fields a Kubernetes target refuses (job/k8s.py,
+    _refuse_unhonoured): none of them changes the job's shape."""
+    job = config.job.model_copy(update={"nodelist": None, "exclude": None, "constraint": None,
+                                        "gpu_type": None, "array": None, "dependency": None,
+                                        "extra_sbatch": []})
+    launcher = config.launcher.model_copy(update={
+        "slurmfabric_module": None, "srun_args": [],
+        "resume": config.launcher.resume.model_copy(update={"events": []})})
+    return config.model_copy(update={"job": job, "launcher": launcher,
+                                     "program": config.program.model_copy(
+                                         update={"modules": []})})
+
+
 SEEN_ROWS: set[str] = set()
 
 
@@ -151,8 +165,8 @@ def test_sbatch_pyslurm_and_kubernetes_describe_the_same_job(example, sets) -> N
     SEEN_ROWS.update(opts)
 
     nodes, workers = int(str(opts["nodes"])), script_workers(script, opts)
-    k8s_config = load_config(str(REPO / "examples" / example),
-                             [*sets, "kubernetes.image=img"], "")
+    k8s_config = without_slurm_only(load_config(str(REPO / "examples" / example),
+                                                [*sets, "kubernetes.image=img"], ""))
     for target in k8s.TARGETS:
         if config.launcher.type in ("mpirun", "srun-pmix", "nccl-tests") \
                 and target != "mpijob":  # MPI ranks: only an MPIJob starts them

@@ -109,7 +109,7 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric render -c examples/h100-fsdp.toml --target pytorchjob --set"
     " kubernetes.image=nvcr.io/nvidia/pytorch:24.07-py3 --set"
     " kubernetes.rdma_resource=rdma/rdma_shared_device_a --set kubernetes.networks=rdma-net"
-    " --set kubernetes.namespace=ml":
+    " --set kubernetes.namespace=ml --set 'program.modules=[]'":
         "tests/unit/test_k8smanifest.py::test_render_target_on_the_command_line",
     "slurmfabric roce facts":
         "tests/unit/test_roce.py::test_a_lossless_node_matches_the_profile",
