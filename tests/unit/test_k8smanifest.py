@@ -278,6 +278,18 @@ def test_container_mounts_become_volumes_in_every_program_container(target) -> N
         assert {m["mountPath"] for m in init["volumeMounts"]} >= {"/lustre", "/mnt/data"}
 
 
+@pytest.mark.parametrize("target", k8smanifest.TARGETS)
+def test_a_plain_container_mount_reaches_every_program_container(target) -> None:
+    """No [kubernetes] setting: a pyxis mount is a hostPath volume wherever the job's code
+    runs (the old manifests dropped it while program.command pointed into it)."""
+    manifest = build([*SETS, 'program.container_mounts=["/lustre:/lustre:ro"]'], target)
+    validate(manifest, target)
+    for container, volumes in program_containers(manifest):
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/lustre"]
+        (volume,) = [v for v in volumes if v["name"] == mount["name"]]
+        assert volume["hostPath"] == {"path": "/lustre"} and mount["readOnly"] is True
+
+
 @pytest.mark.parametrize(("sets", "says"), [
     (['program.container_mounts=["/lustre:/lustre:noexec"]'], "flag 'noexec' has no"),
     (['program.container_mounts=["umount:/opt/hpcx"]'], "the source 'umount' has no"),
