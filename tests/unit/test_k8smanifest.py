@@ -580,7 +580,8 @@ def test_a_trainjob_needs_trainer_2_2_as_its_annotation_says() -> None:
 
 # --- every config field on Kubernetes: honoured, refused, or Slurm only ---------------------
 
-AUDIT_KINDS = ("honoured", "refused", "Slurm only", "honoured or refused")
+AUDIT_KINDS = ("honoured", "refused", "Slurm only", "honoured or refused",
+               "not carried (open)")
 
 
 def audit_table() -> dict[str, str]:
@@ -623,6 +624,9 @@ def test_the_audit_table_names_every_config_field_once() -> None:
     """A field added to the config without a decision for Kubernetes fails here."""
     table = audit_table()
     assert set(table) == config_fields()
+    # the one known gap, named so that closing it updates the table
+    assert {f for f, kind in table.items() if kind == "not carried (open)"} == {
+        "launcher.signal", "launcher.signal_seconds"}
 
 
 # (field, --set values, target, words in the hint): every "refused" row of the table.
