@@ -20,6 +20,8 @@ def add_parser(sub) -> None:
                        "cluster, from slurmdbd's node events (sacctmgr list events)")
     p.add_argument("--hours", type=number(0.01, 87600), default=168.0,
                    help="how far back to look (default 168: one week)")
+    p.add_argument("--since", type=_when, metavar="YYYY-MM-DDTHH:MM:SS",
+                   help="look back to this local time instead of --hours")
     p.add_argument("--nodes", help="only these nodes (a hostlist, e.g. gpu[001-128])")
     p.add_argument("--undo-s", type=number(0, 86400), default=30.0,
                    help="a slurmfabric drain that lasted at most this long is counted as "
@@ -28,6 +30,14 @@ def add_parser(sub) -> None:
     p.add_argument("--prometheus", metavar="FILE",
                    help="also write the per-node gauges to FILE (Prometheus text format, "
                    "for node_exporter's textfile collector), replaced atomically")
+
+
+def _when(text: str) -> dt.datetime:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time like 2026-12-01T08:00:00") \
+            from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--nodes {args.nodes!r} is not a hostlist",
                          hint="give node names, e.g. --nodes 'gpu[001-128]'")
     now = time.time()
-    start = now - args.hours * 3600.0
+    start = args.since.timestamp() if args.since else now - args.hours * 3600.0
+    if start >= now:
+        raise UsageError(f"--since {args.since:%Y-%m-%dT%H:%M:%S} is not in the past",
+                         hint="give an earlier time, or --hours")
     command = history.events_command(dt.datetime.fromtimestamp(start),
                                      dt.datetime.fromtimestamp(now), args.nodes)
     try:
@@ -52,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     events = history.parse_events(out)
     nodes = history.summarize(events, now, args.undo_s)
     if args.prometheus:
-        files.write_atomic(args.prometheus, history.as_prometheus(nodes, args.hours))
+        files.write_atomic(args.prometheus,
+                           history.as_prometheus(nodes, (now - start) / 3600.0))
     if args.json:
         print(json.dumps(history.as_json(events, nodes, start, now), indent=1))
     else:

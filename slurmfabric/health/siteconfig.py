@@ -243,8 +243,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "sm_clock_min_ratio": (0.0, 1.0),
 }
 INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "lemon_drains", "gpus",
-                "pcie_gen", "pcie_width", "retired_pages_max", "throttle_fail_mask", "throttle_warn_mask",
-                "rdma_ports", "nvlinks", "link_flap_threshold"}
+                "pcie_gen", "pcie_width", "retired_pages_max", "throttle_fail_mask",
+                "throttle_warn_mask", "rdma_ports", "nvlinks", "link_flap_threshold"}
 STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv", "nccl_lib_dirs"}
 VERSION_PINS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
 NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
