@@ -91,3 +91,15 @@ def test_command_without_slurmdbd_says_so_in_one_line(tmp_path) -> None:
     assert out.returncode == 2, out
     assert "Traceback" not in out.stderr
     assert "sacctmgr list events failed" in out.stderr and "slurmdbd" in out.stderr
+
+
+def test_since_sets_the_window_and_bad_times_are_refused_in_one_line(tmp_path) -> None:
+    out = _cli(tmp_path, f"cat {FIXTURE}", "--since", "2026-12-02T14:00:00", "--json")
+    assert out.returncode == 0, out.stderr
+    argv = (tmp_path / "argv").read_text().split()
+    assert "Start=2026-12-02T14:00:00" in argv
+    for bad, words in (("2999-01-01T00:00:00", "--since 2999-01-01T00:00:00 is not in the past"),
+                       ("yesterday", "'yesterday' is not a time like")):
+        out = _cli(tmp_path, f"cat {FIXTURE}", "--since", bad)
+        assert out.returncode == 2 and words in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
