@@ -1,4 +1,5 @@
-"""``slurmfabric health check|prolog|epilog|periodic|burn-in|resume|install-hooks|versions``.
+"""``slurmfabric health check|prolog|epilog|periodic|burn-in|resume|install-hooks|versions|
+history``.
 
 ``prolog``/``epilog`` are what the scripts in prolog/ and epilog/ call (Slurm sets
 SLURMD_NODENAME and the job's variables); ``periodic`` is what healthcheck/ calls as
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 
+from slurmfabric.commands import health_history
 from slurmfabric.commands._args import number
 
 
@@ -53,10 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="node name or hostlist (default: this node)")
     p.add_argument("--no-check", action="store_true",
                    help="do not run the checks first (resume on the reason alone)")
+    p.add_argument("--clear-lemon", action="store_true", help="also resume a lemon node "
+                   "(drained lemon_drains times in lemon_window_h) and reset its drain count: "
+                   "an admin's word that it was repaired")
     p = sub.add_parser("versions", help="compare the version inventories the hooks left in "
                        "versions_dir: print the nodes unlike the majority (exit 1 if any)")
     p.add_argument("paths", nargs="+", metavar="DIR-or-FILE",
                    help="the shared versions_dir, or <node>.json inventories")
+    health_history.add_parser(sub)
     p = sub.add_parser("install-hooks", help="write the prolog, epilog and HealthCheckProgram "
                        "scripts with absolute paths")
     p.add_argument("dest", help="directory to write slurmfabric-prolog, slurmfabric-epilog "
@@ -118,7 +124,7 @@ def _versions(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from slurmfabric.health import drain, hooks, siteconfig
+    from slurmfabric.health import drain, hooks, lemon, siteconfig
     from slurmfabric.slurm import cmd as slurmcmd
 
     names = [args.node] if args.node else [hooks.node_name(os.environ)]
@@ -146,7 +152,13 @@ def _resume(args: argparse.Namespace) -> int:
                 print(f"{node}: checks still fail, left drained: {why}")
                 failed += 1
                 continue
-        if drain.resume_if_ours(node, drain.DrainPolicy.from_site(cfg)):
+        if lemon.is_lemon(reason) and not args.clear_lemon:
+            print(f"{node}: a lemon node, left drained (reason: {reason}); after a repair, "
+                  "resume it with --clear-lemon")
+            failed += 1
+            continue
+        if drain.resume_if_ours(node, drain.DrainPolicy.from_site(cfg),
+                                clear_lemon=args.clear_lemon):
             print(f"{node}: resumed (was: {reason})")
         elif reason:
             print(f"{node}: not drained by slurmfabric, left alone (reason: {reason})")
@@ -196,6 +208,8 @@ def main(argv: list[str]) -> int:
         return _resume(args)
     if args.action == "versions":
         return _versions(args)
+    if args.action == "history":
+        return health_history.run(args)
     if args.action == "burn-in":
         from slurmfabric.health import hooks
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from slurmfabric._common import files
 from slurmfabric.errors import ConfigError, HealthError, SlurmCommandError
-from slurmfabric.health import siteconfig
+from slurmfabric.health import lemon, siteconfig
 from slurmfabric.slurm import cmd as slurmcmd
 
 PREFIX = "slurmfabric:"
@@ -75,6 +75,8 @@ class DrainPolicy:
     slurm_bin_dir: str = ""
     slurm_conf: str = ""
     settle_s: float = 1.0
+    lemon_drains: int = 3  # 0: no lemon rule
+    lemon_window_h: float = 24.0
 
     @classmethod
     def from_site(cls, cfg, state_dir: str | None = None) -> DrainPolicy:
@@ -88,6 +90,8 @@ class DrainPolicy:
             state_dir=str(state_dir or runner["state_dir"]),
             slurm_bin_dir=str(runner.get("slurm_bin_dir") or ""),
             slurm_conf=str(runner.get("slurm_conf") or ""),
+            lemon_drains=int(runner.get("lemon_drains", 3)),
+            lemon_window_h=float(runner.get("lemon_window_h", 24.0)),
         )
 
     @classmethod
@@ -296,8 +300,14 @@ def drain(node: str, check: str, detail: str, policy: DrainPolicy,
     if existing and not is_ours(existing):
         return DrainOutcome(KEPT_FOREIGN, reason, f"node already has reason {existing!r}")
     flags = slurmcmd.node_state_flags(mine.get("State", ""))
-    if existing == reason and flags & _DRAIN_FLAGS:
-        return DrainOutcome(ALREADY, reason)
+    if existing and flags & _DRAIN_FLAGS and reason_check(existing) == check and (
+            existing == reason or lemon.is_lemon(existing)):
+        return DrainOutcome(ALREADY, existing)
+    new_drain = not flags & _DRAIN_FLAGS
+    if new_drain and policy.lemon_drains:
+        count = len(lemon.recent(state_dir, node, policy.lemon_window_h)) + 1
+        if count >= policy.lemon_drains:
+            reason = make_reason(check, lemon.detail(count, policy.lemon_window_h, detail))
     if not existing:
         tripped, same, total = breaker_tripped(records, node, check, policy.breaker_fraction,
                                                policy.breaker_min_nodes)
@@ -314,6 +324,8 @@ def drain(node: str, check: str, detail: str, policy: DrainPolicy,
         if undone is not None:
             _remember(state_dir, node, reason, applied=False, breaker=True)
             return DrainOutcome(BREAKER, reason, undone)
+    if new_drain and policy.lemon_drains:  # only a drain that stayed counts
+        lemon.record(state_dir, node, time.time(), policy.lemon_window_h)
     _remember(state_dir, node, reason, applied=True)
     return DrainOutcome(DRAINED, reason)
 
@@ -350,18 +362,24 @@ def _ours(record: dict[str, str], node: str, state_dir) -> bool:
     return reason in SLURM_HOOK_REASONS and remembered(node, state_dir) is not None
 
 
-def resume_if_ours(node: str, policy: DrainPolicy, env: dict[str, str] | None = None) -> bool:
+def resume_if_ours(node: str, policy: DrainPolicy, env: dict[str, str] | None = None,
+                   clear_lemon: bool = False) -> bool:
     """Resume ``node`` only if it is drained with a slurmfabric reason (or with Slurm's
     "Prolog error"/"Epilog error" that our own failing hook caused, per the state file).
-    Raises HealthError when the configured pyslurm backend is missing."""
+    A lemon stays drained unless ``clear_lemon`` (an admin's word), which also resets its
+    drain count. Raises HealthError when the configured pyslurm backend is missing."""
     state_dir = policy.state_dir
     be = backend_for(policy.backend, policy.env(env))
     record = be.node(node)
     flags = slurmcmd.node_state_flags(record.get("State", ""))
     if not flags & _DRAIN_FLAGS or not _ours(record, node, state_dir):
         return False
+    if lemon.is_lemon(current_reason(record)) and not clear_lemon:
+        return False
     be.update(node, "RESUME")
     forget(node, state_dir)
+    if clear_lemon:
+        lemon.clear(state_dir, node)
     return True
 
 

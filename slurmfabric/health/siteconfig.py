@@ -55,6 +55,8 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "breaker_fraction": 0.1,  # stop draining when this share of nodes has the same reason
     "breaker_min_nodes": 3,  # ... but never trip below this many nodes
     "auto_resume": False,  # hooks resume a node slurmfabric drained once all checks pass
+    "lemon_drains": 3,  # a node drained this many times in lemon_window_h is a lemon:
+    "lemon_window_h": 24.0,  # its reason says so and nothing of ours resumes it; 0 = off
     "scope_to_job_gpus": True,  # per-GPU checks look only at SLURM_JOB_GPUS when set
     "keep_reports": 50,
 }
@@ -230,6 +232,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "budget_s": (0.1, 3600), "probe_timeout_s": (0.1, 600), "lock_timeout_s": (0.1, 600),
     "drain_retries": (0, 100), "drain_retry_s": (0, 60), "breaker_fraction": (0.0, 1.0),
     "breaker_min_nodes": (1, None), "keep_reports": (0, 100000),
+    "lemon_drains": (0, 100000), "lemon_window_h": (0.01, 87600),
     "gpus": (0, 1024), "gpu_max_temp_c": (0, 150), "gpu_warn_temp_c": (0, 150),
     "pcie_gen": (1, 7), "pcie_width": (1, 32), "retired_pages_max": (0, None),
     "throttle_fail_mask": (0, None), "throttle_warn_mask": (0, None), "rdma_ports": (0, 1024),
@@ -239,9 +242,9 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "power_limit_tolerance": (0.0, 1.0), "busy_util_pct": (0, 100),
     "sm_clock_min_ratio": (0.0, 1.0),
 }
-INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "gpus", "pcie_gen",
-                "pcie_width", "retired_pages_max", "throttle_fail_mask", "throttle_warn_mask",
-                "rdma_ports", "nvlinks", "link_flap_threshold"}
+INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "lemon_drains", "gpus",
+                "pcie_gen", "pcie_width", "retired_pages_max", "throttle_fail_mask",
+                "throttle_warn_mask", "rdma_ports", "nvlinks", "link_flap_threshold"}
 STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv", "nccl_lib_dirs"}
 VERSION_PINS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
 NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
@@ -486,6 +489,9 @@ def resolve(data: dict[str, Any], node: str, path: str | None) -> SiteConfig:
     if problems:
         raise ConfigError([f"{where_file}: {p}" for p in problems],
                           hint="see 'slurmfabric health check --help' for the config format")
+    # "{node}" in state_dir: one directory per node on a shared filesystem (or several
+    # virtual nodes on one host), so hooks of different nodes never share one state lock.
+    runner["state_dir"] = str(runner["state_dir"]).replace("{node}", node)
     return SiteConfig(path, node, runner, expect, checks)
 
 

@@ -190,7 +190,8 @@ def test_breaker_holds_when_every_node_fails_at_the_same_moment(cluster: Cluster
             [{"match": ",".join(cluster.nodes), "gpus": 8, "gpu_source": "nvidia-smi",
               "nvidia_smi": nvsmi("h100-535-ecc"), "rdma_ports": 0}],
             runner={"slurm_bin_dir": str(Path(scontrol).parent), "breaker_min_nodes": 2,
-                    "breaker_fraction": 0.1, "budget_s": 15.0})
+                    "breaker_fraction": 0.1, "budget_s": 15.0,
+                    "lemon_drains": 0})  # 20 drains of the same nodes: lemons otherwise
 
     def resume_all() -> None:
         for name in cluster.nodes:
