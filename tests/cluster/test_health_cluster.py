@@ -109,7 +109,7 @@ def test_faulty_node_is_drained_job_requeued_and_resumed(cluster: Cluster, tmp_p
 
     job = cluster.submit("#!/bin/sh\necho ran-on=$SLURM_JOB_NODELIST\n", "-N", "2", "-t", "5")
     # The prolog on the faulty node fails: it drains itself with our reason, exits 1, and
-    # Slurm requeues the job (nohold_on_prolog_fail) with a ~2 min BeginTime.
+    # Slurm requeues the job (nohold_on_prolog_fail) with a BeginTime cred_expire ahead.
     state_reason = _wait(lambda: (lambda s: s if "DRAIN" in s[0] else None)(
         cluster.node_state(faulty)), 90, f"{faulty} to drain")
     assert state_reason[1].startswith(
