@@ -37,7 +37,9 @@ from __future__ import annotations
 
 from slurmfabric._common.record import Record, replace
 from slurmfabric.errors import RankEnvError
-from slurmfabric.slurm import hostlist
+
+# slurmfabric.slurm.hostlist is imported where a node list is read, not here: a torchrun
+# worker reads none (torchrun's variables are complete), so its start skips two modules.
 
 TYPE_CHECKING = False  # no typing/dataclasses at run time: see RankEnv
 if TYPE_CHECKING:
@@ -461,6 +463,8 @@ def _mpi_rank(ask: _Ask) -> RankEnv | None:
     cluster = env.get("SLURM_CLUSTER_NAME", "")
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     here = env.get("SLURMD_NODENAME", "")
+    from slurmfabric.slurm import hostlist
+
     try:
         master_host = ask.previous.get("MASTER_HOST") or (
             hostlist.first(nodelist) if nodelist else _mpi_master(env)
@@ -563,6 +567,8 @@ def _slurm_common(ask: _Ask, job_id: str, step_id: str | None) -> dict[str, obje
     if nodelist_var is None:
         _need(env, "SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
     nodelist = env[nodelist_var]
+    from slurmfabric.slurm import hostlist
+
     try:
         master_host = hostlist.first(nodelist)
     except hostlist.HostlistError as error:
@@ -708,6 +714,8 @@ DETECTORS: tuple[Callable[[_Ask], RankEnv | None], ...] = (
 
 
 def _counts(name: str, spec: str) -> list[int]:
+    from slurmfabric.slurm import hostlist
+
     try:
         return hostlist.expand_counts(spec)
     except Exception as error:  # UsageError from the parser: say which variable
