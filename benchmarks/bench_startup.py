@@ -30,6 +30,8 @@ installed one).
 ``--before DIR``: another checkout (``git archive COMMIT | tar -x -C DIR``) run in the same
 rounds with ``PYTHONPATH=DIR``, and this checkout with ``PYTHONPATH`` set to it: before and
 after under the same load. ``--markdown``: the table as Markdown rows (docs/speed.md).
+``--only warm,no plan``: only the rows whose label contains one of these (more rounds in
+the same time).
 The last lines say whether the goals of issue 35 hold (CPU-time medians, srun execs): a warm
 cache within 1.3x of a bare interpreter for every plan row, no plan within 1.2x.
 
@@ -38,7 +40,7 @@ of a round. CPU time (user + system of the children, getrusage(2)) moves much le
 time under load, so it is the column to compare.
 
     .venv/bin/python benchmarks/bench_startup.py [N] [PATH-OF-slurmfabric] [--before DIR]
-                                                 [--markdown]
+                                                 [--markdown] [--only TEXT,...]
 """
 
 from __future__ import annotations
@@ -61,13 +63,15 @@ QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": Tr
 COLD_CACHE = "BENCH_COLD_CACHE"  # read by medians_ms only; slurmfabric ignores it
 
 
-def parse_args(argv: list[str]) -> tuple[int, str | None, str | None, bool]:
-    rounds, script, before, markdown = 40, None, None, False
+def parse_args(argv: list[str]) -> tuple[int, str | None, str | None, bool, list[str]]:
+    rounds, script, before, markdown, only = 40, None, None, False, []
     rest = list(argv)
     while rest:
         arg = rest.pop(0)
         if arg == "--before" and rest:
             before = str(Path(rest.pop(0)).resolve())
+        elif arg == "--only" and rest:
+            only = [part.strip() for part in rest.pop(0).split(",") if part.strip()]
         elif arg == "--markdown":
             markdown = True
         elif arg.isdigit():
@@ -78,7 +82,7 @@ def parse_args(argv: list[str]) -> tuple[int, str | None, str | None, bool]:
             sys.exit(__doc__.rsplit("\n\n", 1)[-1])
     if before and not (Path(before) / "slurmfabric" / "cli.py").is_file():
         sys.exit(f"--before {before}: no slurmfabric/cli.py there")
-    return rounds, script, before, markdown
+    return rounds, script, before, markdown, only
 
 
 def step_env(nodelist: str, nnodes: int) -> dict[str, str]:
@@ -216,7 +220,7 @@ def with_tree(env: dict[str, str], tree: str | None, tag: str) -> dict[str, str]
 
 
 def main() -> None:
-    rounds, script_arg, before, markdown = parse_args(sys.argv[1:])
+    rounds, script_arg, before, markdown, only = parse_args(sys.argv[1:])
     script = srun_command(script_arg)
     entries = {"srun execs": script,
                # cli.run as the script calls it (main() for a build from before cli.run)
@@ -227,14 +231,17 @@ def main() -> None:
         trees = {"before": before, "after": str(HERE)}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         rows = rows_for(tmp, script)
+        plain = rows[0][2]  # the 2-node step's environment, no plan
+        if only:
+            rows = [row for row in rows if any(part in row[0] for part in only)]
         for tag, tree in trees.items():
             check_rows([(label, args, with_tree(env, tree, tag)) for label, args, env in rows],
                        script)
-        bare_env = with_tree(rows[0][2], trees[next(reversed(trees))], "bare")
+        bare_env = with_tree(plain, trees[next(reversed(trees))], "bare")
         # columns: (tree, entry); the python -m row only for srun execs' column
         columns = [(tag, name) for tag in trees for name in entries]
         cases = [([PY, "-c", "pass"], bare_env)]
-        cases += [([PY, "-m", "slurmfabric", "--version"], with_tree(rows[0][2], tree, tag))
+        cases += [([PY, "-m", "slurmfabric", "--version"], with_tree(plain, tree, tag))
                   for tag, tree in trees.items()]
         cases += [([*entries[name], *args], with_tree(env, trees[tag], tag))
                   for _, args, env in rows for tag, name in columns]
@@ -270,10 +277,10 @@ def main() -> None:
     for position, (tag, name) in enumerate(columns):
         if name != "srun execs":
             continue
-        worst_warm = max((pairs[position][1] / bare_cpu, label) for label, pairs in table
-                         if label.endswith("plan, warm"))
-        worst_bare = max((pairs[position][1] / bare_cpu, label) for label, pairs in table
-                         if ", no plan, " in label)
+        worst_warm = max(((pairs[position][1] / bare_cpu, label) for label, pairs in table
+                          if label.endswith("plan, warm")), default=(0.0, "none run"))
+        worst_bare = max(((pairs[position][1] / bare_cpu, label) for label, pairs in table
+                          if ", no plan, " in label), default=(0.0, "none run"))
         print(f"goal{' (' + tag + ')' if tag else ''}, srun execs, CPU: warm cache "
               f"<= {GOAL_WARM}x: {'met' if worst_warm[0] <= GOAL_WARM else 'NOT met'} "
               f"(worst {worst_warm[0]:.2f}x, {worst_warm[1]}); no plan <= {GOAL_NO_PLAN}x: "
