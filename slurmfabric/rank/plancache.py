@@ -25,8 +25,9 @@ our own private directory are ever loaded.
 
 An entry's name is a checksum of its key; the entry holds the full key, compared on load, so
 two keys can never share an entry. The key: the entry format, this slurmfabric (version,
-install path and the newest mtime of plan/ and topology/: another checkout, or an edited
-one, is another cache), the Python version (marshal's format is
+install path and the newest mtime of plan/, topology/, _common/sysfs.py, whose
+format_cpulist wrote a binding's ``cpulist`` text, and this file: another checkout, or an
+edited one, is another cache), the Python version (marshal's format is
 Python's), the boot id (``/proc/sys/kernel/random/boot_id``: new on every boot, kernel docs
 Documentation/admin-guide/sysctl/kernel.rst "random"), the sysfs root, the effective uid,
 this process's CPU affinity (sched_getaffinity(2): the job's cpuset, which the binding
