@@ -1,28 +1,46 @@
-"""Start-up cost of ``slurmfabric env`` / ``launch -- true`` vs a bare interpreter.
+"""Start-up cost of every rank's ``slurmfabric launch`` / ``env`` vs a bare interpreter.
 
-Runs each command N times in subprocesses (same venv) and prints medians and ratios for
-a 2-node and a 10,000-node SLURM_JOB_NODELIST, and for the 2-node case on a GPU/RDMA node
-where the fabric plan runs, also as a torchrun worker (``launch --mode torchrun`` under
-torchrun's variables), as an Open MPI rank (``launch --mode mpi``) and on a RoCE node: the
-cost each worker or rank pays for its plan and binding. Each plan row runs three ways:
-``cache off`` (SLURMFABRIC_PLAN_CACHE=off: discover and plan in every rank), ``cold`` (the
-per-boot plan cache, rank/plancache.py, emptied before every run: the first rank of a step
-on a node) and ``warm`` (every other rank). SLURMFABRIC_SYSFS_ROOT points at the 8-GPU H100
-fixture trees (tests/fakesysfs.py + tests/fixtures/topology/nodes.py: h100_ib and
-h100_roce_numa_off). With that variable set, env and launch always discover and plan (the
-/dev/nvidiactl + /sys/class/infiniband gate is only for the real root), and the script
-checks that NCCL_IB_HCA really came out. Bytecode is compiled first, as it is on an
-installed system.
+Runs each command N times in subprocesses (same venv) and prints, for every row, medians of
+wall time and of CPU time as ratios to a bare ``python -c pass`` measured in the same rounds:
 
-Every row runs two ways, interleaved in the same rounds as the bare ``python -c pass``:
-``srun execs``, the installed ``slurmfabric`` command, exactly what the rendered scripts run
-on each rank (``srun ... slurmfabric launch --mode srun -- CMD``), and ``direct``,
-``python -c 'from slurmfabric import cli; cli.run()'``: slurmfabric's own cost without the
-installer's script. The entry point alone (``--version``) also runs as ``python -m
-slurmfabric`` (runpy's cost). The command is the ``slurmfabric`` next to this interpreter,
-else on PATH, else the path given.
+- the entry point alone (``--version``), also as ``python -m slurmfabric`` (runpy's cost);
+- ``env`` and ``launch -- true`` without a plan (a node with neither GPUs nor RDMA devices:
+  a 2-node and a 10,098-node SLURM_JOB_NODELIST);
+- with the fabric plan on the 8-GPU H100 fixture, for each launcher mode: ``env``, an srun
+  task (``launch``), a torchrun worker (``launch --mode torchrun`` under torchrun's
+  variables), an Open MPI rank (``launch --mode mpi``), and an srun task on a RoCE node.
+  Each plan row runs three ways: ``cache off`` (SLURMFABRIC_PLAN_CACHE=off: discover and plan
+  in every rank), ``cold`` (the per-boot plan cache, rank/plancache.py, emptied before every
+  run: the first rank of a step on a node) and ``warm`` (every other rank).
 
-    .venv/bin/python benchmarks/bench_startup.py [N] [PATH-OF-slurmfabric]
+SLURMFABRIC_SYSFS_ROOT points at the fixture trees (tests/fakesysfs.py +
+tests/fixtures/topology/nodes.py: h100_ib and h100_roce_numa_off); with it set, env and
+launch always discover and plan (the /dev/nvidiactl + /sys/class/infiniband gate is only
+for the real root), and the script checks that NCCL_IB_HCA really came out and that the
+warm rows really read the cache. Bytecode is compiled first, as on an installed system.
+
+Every row runs two ways, interleaved in the same rounds as the bare interpreter: ``srun
+execs``, the installed ``slurmfabric`` command, exactly what the rendered scripts run on
+each rank (``srun ... slurmfabric launch --mode srun -- CMD``), and ``direct``, ``python -c
+'from slurmfabric import cli; cli.run()'`` (slurmfabric's own cost without the installer's
+script). The command is the ``slurmfabric`` next to this interpreter, else on PATH, else the
+path given. It imports whichever slurmfabric the environment gives it (PYTHONPATH, else the
+installed one).
+
+``--before DIR``: another checkout (``git archive COMMIT | tar -x -C DIR``) run in the same
+rounds with ``PYTHONPATH=DIR``, and this checkout with ``PYTHONPATH`` set to it: before and
+after under the same load. ``--markdown``: the table as Markdown rows (docs/speed.md).
+``--only warm,no plan``: only the rows whose label contains one of these (more rounds in
+the same time).
+The last lines say whether the goals of issue 35 hold (CPU-time medians, srun execs): a warm
+cache within 1.3x of a bare interpreter for every plan row, no plan within 1.2x.
+
+Interleaving keeps the ratios honest on a shared machine: a burst of load hits every case
+of a round. CPU time (user + system of the children, getrusage(2)) moves much less than wall
+time under load, so it is the column to compare.
+
+    .venv/bin/python benchmarks/bench_startup.py [N] [PATH-OF-slurmfabric] [--before DIR]
+                                                 [--markdown] [--only TEXT,...]
 """
 
 from __future__ import annotations
@@ -37,10 +55,34 @@ import tempfile
 import time
 from pathlib import Path
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-SCRIPT = sys.argv[2] if len(sys.argv) > 2 else None
+HERE = Path(__file__).resolve().parents[1]
+TESTS = HERE / "tests"
 PY = sys.executable
-TESTS = Path(__file__).resolve().parents[1] / "tests"
+GOAL_WARM, GOAL_NO_PLAN = 1.3, 1.2
+QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
+COLD_CACHE = "BENCH_COLD_CACHE"  # read by medians_ms only; slurmfabric ignores it
+
+
+def parse_args(argv: list[str]) -> tuple[int, str | None, str | None, bool, list[str]]:
+    rounds, script, before, markdown, only = 40, None, None, False, []
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--before" and rest:
+            before = str(Path(rest.pop(0)).resolve())
+        elif arg == "--only" and rest:
+            only = [part.strip() for part in rest.pop(0).split(",") if part.strip()]
+        elif arg == "--markdown":
+            markdown = True
+        elif arg.isdigit():
+            rounds = int(arg)
+        elif not arg.startswith("-") and script is None:
+            script = arg
+        else:
+            sys.exit(__doc__.rsplit("\n\n", 1)[-1])
+    if before and not (Path(before) / "slurmfabric" / "cli.py").is_file():
+        sys.exit(f"--before {before}: no slurmfabric/cli.py there")
+    return rounds, script, before, markdown, only
 
 
 def step_env(nodelist: str, nnodes: int) -> dict[str, str]:
@@ -65,25 +107,16 @@ def step_env(nodelist: str, nnodes: int) -> dict[str, str]:
     return env
 
 
-QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
-COLD_CACHE = "BENCH_COLD_CACHE"  # read by medians_ms only; slurmfabric ignores it
-
-
-def medians_ms(cases: list[tuple[list[str], dict[str, str]]]) -> list[tuple[float, float]]:
-    """Median wall time and median CPU time (user + system, getrusage(2) RUSAGE_CHILDREN) of
-    each (command, environment), in rounds that run every case once.
-
-    Interleaving keeps the ratios honest on a shared machine: a burst of load hits every
-    case of a round instead of whichever case happened to be running. CPU time is what the
-    start costs the node; on a loaded machine it moves much less than wall time. stderr is
-    dropped. A case whose environment has COLD_CACHE gets its plan cache emptied before each
-    run (not timed).
-    """
+def medians_ms(cases: list[tuple[list[str], dict[str, str]]],
+               rounds: int) -> list[tuple[float, float]]:
+    """Median wall time and median CPU time of each (command, environment), in rounds that
+    run every case once. A case whose environment has COLD_CACHE gets its plan cache
+    emptied before each run (not timed). stdout and stderr are dropped."""
     for cmd, env in cases:
         subprocess.run(cmd, env=env, **QUIET)  # warm + .pyc
     wall: list[list[float]] = [[] for _ in cases]
     cpu: list[list[float]] = [[] for _ in cases]
-    for _ in range(N):
+    for _ in range(rounds):
         for index, (cmd, env) in enumerate(cases):
             if env.get(COLD_CACHE):
                 shutil.rmtree(env["SLURMFABRIC_PLAN_CACHE"], ignore_errors=True)
@@ -106,9 +139,9 @@ def fixture_root(tmp: str, name: str) -> str:
     return str(fakesysfs.build(getattr(nodes, name)(), os.path.join(tmp, name)))
 
 
-def srun_command() -> list[str]:
+def srun_command(script: str | None) -> list[str]:
     """The ``slurmfabric`` a rank runs: next to this interpreter (a venv), else on PATH."""
-    script = SCRIPT or str(Path(PY).parent / "slurmfabric")
+    script = script or str(Path(PY).parent / "slurmfabric")
     if not os.path.isfile(script):
         script = shutil.which("slurmfabric") or ""
     if not script:
@@ -124,79 +157,136 @@ def describe(script: str) -> str:
     return f"{script} ({kind}; {head.splitlines()[0].decode(errors='replace')})"
 
 
-def main() -> None:
+def rows_for(tmp: str, script: list[str]) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(label, arguments, environment) of every row after the bare interpreter."""
     two = step_env("gpu[001-002]", 2)
     # 10,000 nodes written the way Slurm would compress a scattered allocation
     scattered = ",".join(f"r{r:03d}n[{1:02d}-{50:02d},{52:02d}-{100:02d}]" for r in range(102))
     big = step_env(scattered, 102 * 99)
-    entries = {"srun execs": srun_command(),
+    rows: list[tuple[str, list[str], dict[str, str]]] = [("--version", ["--version"], two)]
+    rows += [(f"{name}, no plan, {label}", args, env)
+             for name, args in (("env", ["env"]), ("launch", ["launch", "--", "true"]))
+             for label, env in (("2 nodes", two), (f"{102 * 99} nodes", big))]
+    planned = {**two, "SLURMFABRIC_SYSFS_ROOT": fixture_root(tmp, "h100_ib"),
+               "SLURMFABRIC_PLAN_CACHE": "off"}
+    roce = {**planned, "SLURMFABRIC_SYSFS_ROOT": fixture_root(tmp, "h100_roce_numa_off")}
+    worker = {**planned, "TORCHELASTIC_RUN_ID": "bench-4242", "MASTER_ADDR": "10.1.0.2",
+              "MASTER_PORT": "29500", "RANK": "8", "LOCAL_RANK": "0", "WORLD_SIZE": "16",
+              "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+    rank = {**planned, "OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_SIZE": "16",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
+            "SLURMD_NODENAME": "gpu002", "SLURMFABRIC_ALLOW_LOOPBACK": "1"}
+    for env in (planned, roce):
+        out = subprocess.run([*script, "env"], env=env, capture_output=True, text=True).stdout
+        assert "NCCL_IB_HCA" in out, f"the fabric plan did not run:\n{out}"
+    modes = [("env", ["env"], planned),
+             ("launch (srun task)", ["launch", "--", "true"], planned),
+             ("launch (torchrun worker)", ["launch", "--mode", "torchrun", "--", "true"], worker),
+             ("launch (Open MPI rank)", ["launch", "--mode", "mpi", "--", "true"], rank),
+             ("launch (RoCE node)", ["launch", "--", "true"], roce)]
+    for index, (name, args, env) in enumerate(modes):
+        for cache, extra in (("cache off", {}),
+                             ("cold", {"SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, f"cold-{index}"),
+                                       COLD_CACHE: "1"}),
+                             ("warm", {"SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")})):
+            rows.append((f"{name}, plan, {cache}", args, {**env, **extra}))
+    return rows
+
+
+def check_rows(rows: list[tuple[str, list[str], dict[str, str]]], script: list[str]) -> None:
+    """Each plan row binds local rank 0; each warm row really reads the cache."""
+    for label, args, env in rows:
+        if ", plan, " not in label or args[0] != "launch":
+            continue
+        probe = ""
+        for _ in range(2):  # a warm row: the first run writes the entry, the second reads it
+            probe = subprocess.run([*script, "launch", "--print", *args[1:]], env=env,
+                                   capture_output=True, text=True).stdout
+        assert "# binding: local_rank=0 gpu=0 nic=mlx5_0:1" in probe, (label, probe)
+        if label.endswith("warm"):
+            assert "# plan: cache" in probe, (label, probe)
+
+
+def with_tree(env: dict[str, str], tree: str | None, tag: str) -> dict[str, str]:
+    """``env`` importing slurmfabric from ``tree`` (None: as given), with its own cold
+    cache directories."""
+    if tree is None:
+        return env
+    out = {**env, "PYTHONPATH": os.pathsep.join(
+        p for p in (tree, os.environ.get("PYTHONPATH", "")) if p)}
+    if out.get(COLD_CACHE):
+        out["SLURMFABRIC_PLAN_CACHE"] += f"-{tag}"
+    return out
+
+
+def main() -> None:
+    rounds, script_arg, before, markdown, only = parse_args(sys.argv[1:])
+    script = srun_command(script_arg)
+    entries = {"srun execs": script,
                # cli.run as the script calls it (main() for a build from before cli.run)
                "direct": [PY, "-c", "import sys; from slurmfabric import cli; "
                           "getattr(cli, 'run', lambda: sys.exit(cli.main()))()"]}
-    script = entries["srun execs"]
+    trees: dict[str, str | None] = {"": None}
+    if before:
+        trees = {"before": before, "after": str(HERE)}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        planned = {**two, "SLURMFABRIC_SYSFS_ROOT": fixture_root(tmp, "h100_ib"),
-                   "SLURMFABRIC_PLAN_CACHE": "off"}
-        roce = {**planned, "SLURMFABRIC_SYSFS_ROOT": fixture_root(tmp, "h100_roce_numa_off")}
-        for env in (planned, roce):
-            out = subprocess.run([*script, "env"], env=env, capture_output=True,
-                                 text=True).stdout
-            assert "NCCL_IB_HCA" in out, f"the fabric plan did not run:\n{out}"
-        alone = [(f"--version: {label}", cmd, two) for label, cmd in (
-            ("slurmfabric (srun execs)", [*script, "--version"]),
-            ("python -m slurmfabric", [PY, "-m", "slurmfabric", "--version"]),
-            ("direct", [*entries["direct"], "--version"]))]
-        rows = [
-            (f"{name} ({label})", args, env)
-            for label, env in (("2 nodes", two), (f"{102 * 99} nodes", big))
-            for name, args in (("env", ["env"]), ("launch -- true", ["launch", "--", "true"]))
-        ]
-        worker = {**planned, "TORCHELASTIC_RUN_ID": "bench-4242", "MASTER_ADDR": "10.1.0.2",
-                  "MASTER_PORT": "29500", "RANK": "8", "LOCAL_RANK": "0", "WORLD_SIZE": "16",
-                  "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
-        rank = {**planned, "OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_SIZE": "16",
-                "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
-                "SLURMD_NODENAME": "gpu002", "SLURMFABRIC_ALLOW_LOOPBACK": "1"}
-        modes = [("env", ["env"], planned), ("launch -- true", ["launch", "--", "true"], planned)]
-        for label, mode, env in (("torchrun worker", "torchrun", worker),
-                                 ("Open MPI rank", "mpi", rank)):
-            probe = subprocess.run([*script, "launch", "--mode", mode, "--print", "--", "true"],
-                                   env=env, capture_output=True, text=True).stdout
-            assert "# binding: local_rank=0 gpu=0 nic=mlx5_0:1" in probe, probe
-            modes.append((f"launch -- true ({label})", ["launch", "--mode", mode, "--", "true"],
-                          env))
-        modes.append(("launch -- true (RoCE node)", ["launch", "--", "true"], roce))
-        for index, (name, args, env) in enumerate(modes):
-            cold = os.path.join(tmp, f"cold-{index}")
-            for cache, extra in (("cache off", {}),
-                                 ("cold", {"SLURMFABRIC_PLAN_CACHE": cold, COLD_CACHE: "1"}),
-                                 ("warm", {"SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")})):
-                rows.append((f"{name}, plan, {cache}", args, {**env, **extra}))
-        for env in (planned, roce):
-            warm = {**env, "SLURMFABRIC_PLAN_CACHE": os.path.join(tmp, "warm")}
-            for _ in range(2):  # the first run writes the entry, the second reads it
-                probe = subprocess.run([*script, "launch", "--print", "--", "true"], env=warm,
-                                       capture_output=True, text=True).stdout
-            assert "# plan: cache" in probe, probe  # the warm rows really read the cache
-        cases = [([PY, "-c", "pass"], two)] + [(cmd, env) for _, cmd, env in alone]
-        cases += [([*entry, *args], env) for _, args, env in rows for entry in entries.values()]
-        (bare, bare_cpu), *results = medians_ms(cases)
-        print(f"srun execs: {describe(script[0])}\ndirect: {' '.join(entries['direct'])}\n"
-              f"medians of {N} interleaved rounds; load average {os.getloadavg()[0]:.2f}; "
-              "each cell: wall ms, wall and CPU time as ratios to the bare interpreter's")
+        rows = rows_for(tmp, script)
+        plain = rows[0][2]  # the 2-node step's environment, no plan
+        if only:
+            rows = [row for row in rows if any(part in row[0] for part in only)]
+        for tag, tree in trees.items():
+            check_rows([(label, args, with_tree(env, tree, tag)) for label, args, env in rows],
+                       script)
+        bare_env = with_tree(plain, trees[next(reversed(trees))], "bare")
+        # columns: (tree, entry); the python -m row only for srun execs' column
+        columns = [(tag, name) for tag in trees for name in entries]
+        cases = [([PY, "-c", "pass"], bare_env)]
+        cases += [([PY, "-m", "slurmfabric", "--version"], with_tree(plain, tree, tag))
+                  for tag, tree in trees.items()]
+        cases += [([*entries[name], *args], with_tree(env, trees[tag], tag))
+                  for _, args, env in rows for tag, name in columns]
+        (bare, bare_cpu), *results = medians_ms(cases, rounds)
+    module_rows, results = results[:len(trees)], results[len(trees):]
+    print(f"srun execs: {describe(script[0])}\ndirect: {' '.join(entries['direct'])}")
+    if before:
+        print(f"before: PYTHONPATH={before}\nafter: PYTHONPATH={HERE}")
+    print(f"medians of {rounds} interleaved rounds; load average at the end "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; each cell: wall ms, then wall "
+          "and CPU time as ratios to the bare interpreter's")
+    print(f"{'python -c pass':42} {bare:6.1f} ms (CPU {bare_cpu:.1f} ms)")
 
-        def cell(wall: float, cpu: float) -> str:
-            return f"{wall:6.1f} ms {wall / bare:5.2f}x {cpu / bare_cpu:5.2f}x"
+    def cell(wall: float, cpu: float) -> str:
+        return f"{wall:6.1f} ms {wall / bare:5.2f}x {cpu / bare_cpu:5.2f}x"
 
-        print(f"{'python -c pass':50} {bare:6.1f} ms (CPU {bare_cpu:.1f} ms)")
-        for (label, _, _), (ms, cpu) in zip(alone, results):
-            print(f"{label:50} {cell(ms, cpu)}")
-        results = results[len(alone):]
-        print(f"{'':50} {'srun execs: wall, CPU':>24}  {'direct: wall, CPU':>24}")
-        for index, (label, _, _) in enumerate(rows):
-            cells = [cell(*pair)
-                     for pair in results[index * len(entries):(index + 1) * len(entries)]]
-            print(f"{label:50} {'  '.join(cells)}")
+    titles = [" ".join(filter(None, column)) + ": wall, CPU" for column in columns]
+    print(f"{'':42} " + "  ".join(f"{t:>24}" for t in titles))
+    table: list[tuple[str, list[tuple[float, float]]]] = []
+    for index, (label, _, _) in enumerate(rows):
+        pairs = results[index * len(columns):(index + 1) * len(columns)]
+        table.append((label, pairs))
+        print(f"{label:42} " + "  ".join(cell(*pair) for pair in pairs))
+    for tag, (ms, cpu) in zip(trees, module_rows):
+        print(f"{'--version, python -m slurmfabric ' + tag:42} {cell(ms, cpu)}")
+    if markdown:
+        print("\n| row | " + " | ".join(f"{' '.join(filter(None, c))} (CPU / wall)"
+                                        for c in columns) + " |")
+        print("|---|" + "---|" * len(columns))
+        for label, pairs in table:
+            print(f"| {label} | " + " | ".join(
+                f"{cpu / bare_cpu:.2f}x / {ms / bare:.2f}x" for ms, cpu in pairs) + " |")
+    for position, (tag, name) in enumerate(columns):
+        if name != "srun execs":
+            continue
+        worst_warm = max(((pairs[position][1] / bare_cpu, label) for label, pairs in table
+                          if label.endswith("plan, warm")), default=(0.0, "none run"))
+        worst_bare = max(((pairs[position][1] / bare_cpu, label) for label, pairs in table
+                          if ", no plan, " in label), default=(0.0, "none run"))
+        print(f"goal{' (' + tag + ')' if tag else ''}, srun execs, CPU: warm cache "
+              f"<= {GOAL_WARM}x: {'met' if worst_warm[0] <= GOAL_WARM else 'NOT met'} "
+              f"(worst {worst_warm[0]:.2f}x, {worst_warm[1]}); no plan <= {GOAL_NO_PLAN}x: "
+              f"{'met' if worst_bare[0] <= GOAL_NO_PLAN else 'NOT met'} "
+              f"(worst {worst_bare[0]:.2f}x, {worst_bare[1]})")
+
 
 if __name__ == "__main__":
     main()

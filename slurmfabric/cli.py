@@ -127,9 +127,10 @@ def _quick_exit(code: int) -> None:
     """``os._exit(code)`` once stdout and stderr are flushed, when nothing else would have
     run at exit: no atexit callback, no threading (non-daemon threads are joined at exit).
     Anything else (a failed flush, an unknown interpreter) returns: the normal exit."""
-    import atexit  # built in: no file to load
-
-    count = getattr(atexit, "_ncallbacks", None)
+    # Callbacks are registered through the atexit module: where no code imported it, there
+    # are none (and importing it here would cost a module creation on every rank).
+    atexit = sys.modules.get("atexit")
+    count = getattr(atexit, "_ncallbacks", None) if atexit is not None else (lambda: 0)
     if count is None or count() or "threading" in sys.modules:
         return
     try:

@@ -44,32 +44,6 @@ def set_preferred_node(node: int) -> str | None:
     return None
 
 
-def binding_env(binding: object, bound: bool, nic: bool = True) -> dict[str, str]:
-    """Per-rank facts the program (or its logs) can read: GPU, nearest rail NIC, CPUs, memory.
-
-    ``SLURMFABRIC_GPU`` is the CUDA device number of this rank's GPU within what the step sees;
-    ``SLURMFABRIC_NIC`` its nearest rail (``mlx5_0:1``; not for a sockets-only job); the CPU
-    and memory entries are set only when the binding was applied (not with ``--no-bind``).
-    """
-    out: dict[str, str] = {}
-    visible = getattr(binding, "visible_index", None)
-    if visible is not None:
-        out["SLURMFABRIC_GPU"] = str(visible)
-    rail = getattr(binding, "nic", None)
-    if rail and nic:
-        out["SLURMFABRIC_NIC"] = rail
-    if bound:
-        cpus = list(getattr(binding, "cpus", ()) or ())
-        if cpus:
-            from slurmfabric._common.sysfs import format_cpulist
-
-            out["SLURMFABRIC_CPUS"] = format_cpulist(cpus)
-        node = getattr(binding, "mem_node", None)
-        if node is not None:
-            out["SLURMFABRIC_MEM_NODE"] = str(node)
-    return out
-
-
 def apply_binding(binding: object, warn: Callable[[str], None] = _stderr) -> None:
     """Pin this process to ``binding.cpus`` and keep its memory on ``binding.mem_node``.
 

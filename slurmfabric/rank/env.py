@@ -37,13 +37,9 @@ from __future__ import annotations
 
 from slurmfabric._common.record import Record, replace
 from slurmfabric.errors import RankEnvError
-from slurmfabric.rank.addr import (  # noqa: F401 - re-exported: rankenv's public API
-    LOOPBACK_HINT,
-    interface_ipv4,
-    is_loopback,
-    master_address,
-)
-from slurmfabric.slurm import hostlist
+
+# slurmfabric.slurm.hostlist is imported where a node list is read, not here: a torchrun
+# worker reads none (torchrun's variables are complete), so its start skips two modules.
 
 TYPE_CHECKING = False  # no typing/dataclasses at run time: see RankEnv
 if TYPE_CHECKING:
@@ -141,6 +137,97 @@ class RankEnv(Record):
                 PET_RDZV_ID=self.rdzv_id,
             )
         return out
+
+
+# --- MASTER_ADDR address policies ---------------------------------------------------------
+# Which address of the first node the ranks connect to. ``plain`` keeps the node name;
+# ``suffix:-ib`` appends a suffix (clusters whose fabric hostnames differ from Slurm's node
+# names); ``nodeaddr`` takes NodeAddr from Slurm's node record; ``iface:NAME`` reads the
+# IPv4 address of a local interface on the master node. Whatever the policy, ``is_loopback``
+# lets the resolver refuse 127.x / ::1 (a rank on another node would connect to itself).
+# Kept in this module, not one of its own: every module on the per-rank path costs its
+# import machinery (~0.1 ms of each rank's start).
+
+LOOPBACK_HINT = (
+    "use --addr-policy suffix:-ib, nodeaddr or iface:NAME to pick a routable address, "
+    "or set SLURMFABRIC_ALLOW_LOOPBACK=1 on a single-host test cluster"
+)
+
+
+def is_loopback(addr: str) -> bool:
+    lowered = addr.lower()
+    return (
+        lowered in ("localhost", "::1", "0:0:0:0:0:0:0:1")
+        or lowered.startswith("localhost.")
+        or lowered.startswith("127.")
+        or lowered.startswith("::ffff:127.")
+    )
+
+
+def master_address(
+    host: str,
+    policy: str,
+    env: Mapping[str, str],
+    node_addr: Callable[[str], str] | None = None,
+    iface_addr: Callable[[str], str] | None = None,
+) -> str:
+    """Apply an address policy to the first node's name.
+
+    ``plain``: the node name. ``suffix:-ib``: name + suffix (fabric hostnames).
+    ``nodeaddr``: NodeAddr from Slurm's node record (one scontrol call).
+    ``iface:NAME``: the IPv4 address of interface NAME — readable only on the master node
+    itself, so other nodes must inherit it (eval it once in the batch script).
+    """
+    kind, _, arg = policy.partition(":")
+    if kind == "plain" and not arg:
+        return host
+    if kind == "suffix" and arg:
+        return host + arg
+    if kind == "nodeaddr" and not arg:
+        lookup = node_addr or _slurm_node_addr
+        addr = lookup(host)
+        if not addr:
+            raise RankEnvError(f"Slurm's node record of {host} has no NodeAddr")
+        return addr
+    if kind == "iface" and arg:
+        here = env.get("SLURMD_NODENAME")
+        if here and here != host:
+            raise RankEnvError(
+                f"--addr-policy {policy} can only be read on the master node {host}, "
+                f"and this is {here}",
+                f'run eval "$(slurmfabric env --addr-policy {policy})" in the batch script '
+                "(it runs on the first node); steps then reuse that address",
+            )
+        return (iface_addr or interface_ipv4)(arg)
+    raise RankEnvError(
+        f"unknown address policy {policy!r}", "use plain, suffix:SUFFIX, nodeaddr or iface:NAME"
+    )
+
+
+def _slurm_node_addr(host: str) -> str:
+    from slurmfabric.slurm import cmd as slurmcmd
+
+    return slurmcmd.node(host).get("NodeAddr", "")
+
+
+def interface_ipv4(name: str) -> str:
+    """IPv4 address of a local interface via SIOCGIFADDR (no psutil, no subprocess)."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifaddr = 0x8915  # linux/sockios.h
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(
+                sock.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15])
+            )
+        except OSError as error:
+            raise RankEnvError(
+                f"interface {name!r} has no IPv4 address here ({error.strerror})",
+                "list interfaces with: ip -brief addr",
+            ) from None
+    return socket.inet_ntoa(packed[20:24])
 
 
 # --- small readers ---------------------------------------------------------------------
@@ -376,6 +463,8 @@ def _mpi_rank(ask: _Ask) -> RankEnv | None:
     cluster = env.get("SLURM_CLUSTER_NAME", "")
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     here = env.get("SLURMD_NODENAME", "")
+    from slurmfabric.slurm import hostlist
+
     try:
         master_host = ask.previous.get("MASTER_HOST") or (
             hostlist.first(nodelist) if nodelist else _mpi_master(env)
@@ -478,6 +567,8 @@ def _slurm_common(ask: _Ask, job_id: str, step_id: str | None) -> dict[str, obje
     if nodelist_var is None:
         _need(env, "SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
     nodelist = env[nodelist_var]
+    from slurmfabric.slurm import hostlist
+
     try:
         master_host = hostlist.first(nodelist)
     except hostlist.HostlistError as error:
@@ -623,6 +714,8 @@ DETECTORS: tuple[Callable[[_Ask], RankEnv | None], ...] = (
 
 
 def _counts(name: str, spec: str) -> list[int]:
+    from slurmfabric.slurm import hostlist
+
     try:
         return hostlist.expand_counts(spec)
     except Exception as error:  # UsageError from the parser: say which variable

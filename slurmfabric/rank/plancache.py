@@ -25,8 +25,9 @@ our own private directory are ever loaded.
 
 An entry's name is a checksum of its key; the entry holds the full key, compared on load, so
 two keys can never share an entry. The key: the entry format, this slurmfabric (version,
-install path and the newest mtime of plan/ and topology/: another checkout, or an edited
-one, is another cache), the Python version (marshal's format is
+install path and the newest mtime of plan/, topology/, _common/sysfs.py, whose
+format_cpulist wrote a binding's ``cpulist`` text, and this file: another checkout, or an
+edited one, is another cache), the Python version (marshal's format is
 Python's), the boot id (``/proc/sys/kernel/random/boot_id``: new on every boot, kernel docs
 Documentation/admin-guide/sysctl/kernel.rst "random"), the sysfs root, the effective uid,
 this process's CPU affinity (sched_getaffinity(2): the job's cpuset, which the binding
@@ -79,7 +80,7 @@ import os
 import stat
 import sys
 
-FORMAT = "plancache-1"
+FORMAT = "plancache-2"  # 2: a binding carries its cpulist text
 ENV = "SLURMFABRIC_PLAN_CACHE"
 _OFF = ("0", "off", "no", "false")
 ROCE_VLAN_ENV = "SLURMFABRIC_ROCE_VLAN"  # plan.ROCE_VLAN_ENV (a unit test keeps them equal)
@@ -125,17 +126,27 @@ def _safe(info: os.stat_result) -> str:
 
 
 def _open_dir(path: str, create: bool) -> tuple[int | None, str]:
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as error:
-            return None, f"cannot create {path}: {error.strerror}"
+    """The directory opened (made 0700 first where it does not exist), or why not. Opened
+    first: a warm rank's directory exists, so it pays no mkdir(2)."""
+    flags = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        fd = None
     except OSError as error:  # ELOOP/ENOTDIR: a symlink or not a directory
         return None, f"cannot open {path}: {error.strerror}"
+    if fd is None:
+        if create:
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
+            except OSError as error:
+                return None, f"cannot create {path}: {error.strerror}"
+        try:
+            fd = os.open(path, flags)
+        except OSError as error:
+            return None, f"cannot open {path}: {error.strerror}"
     why = _safe(os.fstat(fd))
     if why:
         os.close(fd)
@@ -216,10 +227,15 @@ _STAMP: str | None = None  # _code_stamp() of this process, read once
 
 def _code_stamp(package: str | None = None) -> str:
     """Where this slurmfabric is and when the code that makes the plan last changed (the
-    newest mtime in plan/, topology/ and this file): an edited checkout never reads an entry
-    its old code wrote, even at the same version. ~30 stat calls."""
+    newest mtime in plan/, topology/, _common/sysfs.py, whose format_cpulist wrote the
+    cpulist text, and this file): an edited checkout never reads an entry its old code
+    wrote, even at the same version. ~30 stat calls."""
     package = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    newest = os.stat(__file__).st_mtime_ns
+    try:
+        newest = max(os.stat(__file__).st_mtime_ns,
+                     os.stat(os.path.join(package, "_common", "sysfs.py")).st_mtime_ns)
+    except OSError:
+        return f"{package}:unreadable:{os.getpid()}"
     for sub in ("plan", "topology"):
         try:
             with os.scandir(os.path.join(package, sub)) as entries:
@@ -545,7 +561,11 @@ def store(cache: Cache, root: str, environ: dict[str, str], inputs: list[str],
 
 
 def plan_view(plan: object) -> dict:
-    """What the per-rank path reads of a plan (env, launch, launch --print, the TaskProlog)."""
+    """What the per-rank path reads of a plan (env, launch, launch --print, the TaskProlog).
+    A binding's CPUs also as kernel cpulist text (SLURMFABRIC_CPUS, rank/task.py
+    cpu_list_text), so that a warm rank does not import _common/sysfs to format them."""
+    from slurmfabric._common.sysfs import format_cpulist
+
     p = plan
     return {
         "fabric": p.fabric, "fabric_type": p.fabric_type, "summary": p.summary,  # type: ignore
@@ -554,7 +574,8 @@ def plan_view(plan: object) -> dict:
         "bindings": [{
             "local_rank": b.local_rank, "gpu": None if b.gpu is None else b.gpu.index,
             "visible_index": b.visible_index, "nic": b.nic, "nic_distance": b.nic_distance,
-            "cpus": list(b.cpus), "mem_node": b.mem_node, "reason": b.reason,
+            "cpus": list(b.cpus), "cpulist": format_cpulist(list(b.cpus)),
+            "mem_node": b.mem_node, "reason": b.reason,
         } for b in p.bindings],  # type: ignore[attr-defined]
     }
 
@@ -577,6 +598,9 @@ def _int_or_none(value: object) -> int | None:
     return value  # type: ignore[return-value]
 
 
+_INT = frozenset((int,))
+
+
 class CachedGpu:
     __slots__ = ("index",)
 
@@ -588,7 +612,7 @@ class CachedBinding:
     """A RankBinding as read back: the fields the per-rank path uses, type-checked."""
 
     __slots__ = ("local_rank", "gpu", "visible_index", "nic", "nic_distance", "cpus",
-                 "mem_node", "reason")
+                 "cpulist", "mem_node", "reason")
 
     def __init__(self, data: dict) -> None:
         self.local_rank = _int_or_none(data["local_rank"])
@@ -598,9 +622,10 @@ class CachedBinding:
         self.nic = None if data["nic"] is None else _text(data["nic"])
         self.nic_distance = None if data["nic_distance"] is None else _text(data["nic_distance"])
         cpus = data["cpus"]
-        if not isinstance(cpus, list) or any(type(c) is not int for c in cpus):
+        if not isinstance(cpus, list) or not _INT.issuperset(map(type, cpus)):  # no bool
             raise TypeError("cpus")
         self.cpus = tuple(cpus)
+        self.cpulist = _text(data["cpulist"])
         self.mem_node = _int_or_none(data["mem_node"])
         self.reason = _text(data["reason"])
 

@@ -267,11 +267,45 @@ def build(
             final.setdefault(key, value)
         binding = _binding(the_plan, rank_env)
         if binding is not None:
-            from slurmfabric.rank.binding import binding_env
-
             final.update(binding_env(binding, bound=bind,
                                      nic=getattr(the_plan, "fabric", "tcp") != "tcp"))
     return TaskEnv(rank_env, final, kept, the_plan, binding, origin)
+
+
+def binding_env(binding: object, bound: bool, nic: bool = True) -> dict[str, str]:
+    """Per-rank facts the program (or its logs) can read: GPU, nearest rail NIC, CPUs, memory.
+
+    ``SLURMFABRIC_GPU`` is the CUDA device number of this rank's GPU within what the step sees;
+    ``SLURMFABRIC_NIC`` its nearest rail (``mlx5_0:1``; not for a sockets-only job); the CPU
+    and memory entries are set only when the binding was applied (not with ``--no-bind``).
+    """
+    out: dict[str, str] = {}
+    visible = getattr(binding, "visible_index", None)
+    if visible is not None:
+        out["SLURMFABRIC_GPU"] = str(visible)
+    rail = getattr(binding, "nic", None)
+    if rail and nic:
+        out["SLURMFABRIC_NIC"] = rail
+    if bound:
+        cpus = list(getattr(binding, "cpus", ()) or ())
+        if cpus:
+            out["SLURMFABRIC_CPUS"] = cpu_list_text(binding, cpus)
+        node = getattr(binding, "mem_node", None)
+        if node is not None:
+            out["SLURMFABRIC_MEM_NODE"] = str(node)
+    return out
+
+
+def cpu_list_text(binding: object, cpus: list[int]) -> str:
+    """``binding``'s CPUs as a kernel cpulist (``0-13,112-125``): the text a cached plan
+    carries (rank/plancache.py wrote it with format_cpulist), else format_cpulist's. A warm
+    rank so never imports _common/sysfs (one module less on every rank's start)."""
+    text = getattr(binding, "cpulist", None)
+    if isinstance(text, str):
+        return text
+    from slurmfabric._common.sysfs import format_cpulist
+
+    return format_cpulist(cpus)
 
 
 def _binding(plan: object, rank_env: rankenv.RankEnv) -> object | None:

@@ -26,13 +26,16 @@ We are stricter than Slurm on malformed input that it half-accepts (``n[1-]``,
 
 from __future__ import annotations
 
-from itertools import product, repeat
-
 from slurmfabric.errors import UsageError
 
 TYPE_CHECKING = False  # typing is not imported at run time: this module is on every rank
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
+
+    # A parsed item: a literal name, or (texts, groups) where texts has len(groups)+1
+    # entries and each group is a tuple of (lo, hi, width) ranges.
+    Range = tuple[int, int, int]
+    Pattern = tuple[tuple[str, ...], tuple[tuple[Range, ...], ...]]
 
 MAX_RANGE = 65536  # names in one lo-hi range; Slurm rejects n[1-65537] ("Too many hosts")
 MAX_HOSTS = 1 << 20  # default guard for a whole expansion
@@ -43,12 +46,6 @@ _SEPARATORS = frozenset(", \t")
 ITEM_REGEX = r"(?:[^,\s\[\]]|\[[^\[\]]*\])+"
 _item_pattern = None  # compiled on first use: ``re`` costs milliseconds to import
 SCAN_LIMIT = 4096  # up to this length _items scans by hand (a job's node list on a rank)
-
-
-# A parsed item: a literal name, or (texts, groups) where texts has len(groups)+1 entries
-# and each group is a tuple of (lo, hi, width) ranges.
-Range = tuple[int, int, int]
-Pattern = tuple[tuple[str, ...], tuple[tuple[Range, ...], ...]]
 
 
 class HostlistError(UsageError):
@@ -219,6 +216,8 @@ def _expand_pattern(pattern: Pattern) -> list[str]:
     order = _slurm_order(len(groups))[:-1]
     slots = {g: i for i, g in enumerate(order)}
     outer = [_group_values(groups[g]) for g in order]
+    from itertools import product  # only here: the per-rank path never gets this far
+
     names: list[str] = []
     for combo in product(*outer):
         head = texts[0] + "".join(combo[slots[g]] + texts[g + 1] for g in range(len(groups) - 1))
@@ -403,7 +402,8 @@ def compress(names: Iterable[str]) -> str:
 
 def _numbered(stem: str, lo: int, stop: int, width: int) -> list[str]:
     """stem + zero-padded numbers, built by C-level maps (2x faster than str.format)."""
-    return list(map(stem.__add__, map(str.zfill, map(str, range(lo, stop)), repeat(width))))
+    # [width] * n, not itertools.repeat: itertools stays off the per-rank import path
+    return list(map(stem.__add__, map(str.zfill, map(str, range(lo, stop)), [width] * (stop - lo))))
 
 
 def _is_run(
@@ -424,7 +424,7 @@ def _is_run(
     if known is None and len(block) > 1024:  # one long run: nothing to reuse, compare names
         return block == _numbered(stem, lo, lo + len(block), width)
     if known is None:
-        digits = list(map(str.zfill, map(str, range(lo, lo + len(block))), repeat(width)))
+        digits = list(map(str.zfill, map(str, range(lo, lo + len(block))), [width] * len(block)))
         known = suffixes[key] = (digits, list(map(len, digits)))
     digits, lengths = known
     if "".join(block) != stem + stem.join(digits):

@@ -138,6 +138,57 @@ def test_a_warm_rank_imports_nothing_forbidden(tmp_path: Path, fixture: str) -> 
                        for m in found), args
 
 
+# Every module a warm rank imports costs its import machinery (about 0.1 ms, 0.6 % of a bare
+# interpreter's start on the benchmark machine) in every rank of every job, so the set is
+# fixed here: adding one to the per-rank path is a decision (benchmarks/bench_startup.py).
+WARM_RANK = {"__future__", "slurmfabric", "slurmfabric.errors", "slurmfabric.cli",
+             "slurmfabric.commands", "slurmfabric.commands.env", "slurmfabric.rank",
+             "slurmfabric.rank.task", "slurmfabric.rank.env", "slurmfabric.rank.plancache",
+             "slurmfabric._common", "slurmfabric._common.record", "slurmfabric.slurm",
+             "slurmfabric.slurm.hostlist"}
+WARM_EXTRA = {
+    # launch: rank/binding.py applies the binding (commands/launch.py imports it)
+    "launch": {"slurmfabric.commands.launch", "slurmfabric.rank.binding"},
+    # env: textcheck quotes the export lines it prints
+    "env": {"slurmfabric._common.textcheck"},
+}
+
+
+TORCHRUN_WORKER = {"TORCHELASTIC_RUN_ID": "sf-41", "MASTER_ADDR": "gpu1", "MASTER_PORT": "29500",
+                   "RANK": "8", "LOCAL_RANK": "0", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
+                   "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+
+
+@pytest.mark.parametrize("args", [["launch", "--", "true"], ["env"],
+                                  ["launch", "--mode", "mpi", "--", "true"],
+                                  ["launch", "--mode", "torchrun", "--", "true"]])
+def test_a_warm_rank_imports_its_budget_and_nothing_else(tmp_path: Path,
+                                                         args: list[str]) -> None:
+    """Not rank/addr (in rank/env.py), not itertools (hostlist imports it where it expands
+    several bracket groups), not _common/sysfs (a cached binding carries its cpulist text),
+    for env not rank/binding (binding_env is rank/task.py's), and for a torchrun worker,
+    which reads no node list, not slurm/hostlist."""
+    root = fakesysfs.build(nodes.h100_ib(), tmp_path / "root")
+    env = clean_env(**STEP, SLURMFABRIC_SYSFS_ROOT=str(root),
+                    SLURMFABRIC_PLAN_CACHE=str(tmp_path / "cache"),
+                    PYTHONPATH=os.pathsep.join(sys.path))
+    if "mpi" in args:
+        env.update(OMPI_COMM_WORLD_RANK="8", OMPI_COMM_WORLD_SIZE="16",
+                   OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="8")
+    budget = WARM_RANK | WARM_EXTRA[args[0]]
+    if "torchrun" in args:
+        env.update(TORCHRUN_WORKER)
+        budget -= {"slurmfabric.slurm", "slurmfabric.slurm.hostlist"}
+    script = installed(tmp_path)
+    shown = ["launch", "--print", *(args[1:] if args[0] == "launch" else ["--", "true"])]
+    origins = [imports(script, shown, env)[1] for _ in range(2)]
+    assert ["# plan: discovered" in origins[0], "# plan: cache" in origins[1]] == [True, True]
+    found, out = imports(script, args, env)
+    assert found == budget, sorted(found)
+    if args == ["env"]:
+        assert "export SLURMFABRIC_CPUS=0-13,112-125\n" in out  # rank 0's, from the cache
+
+
 # --- env ends without the interpreter's finalization, and loses nothing -------------------
 
 

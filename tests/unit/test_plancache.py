@@ -17,6 +17,7 @@ import pytest
 import real_nodes
 from cleanenv import clean_env
 
+from slurmfabric._common.sysfs import format_cpulist
 from slurmfabric.rank import plancache
 from slurmfabric.rank import task as taskenv
 
@@ -71,6 +72,11 @@ def test_a_cached_plan_is_byte_identical_to_a_fresh_one(tmp_path: Path, name: st
     assert repr(plancache.plan_view(cached.plan)).encode() == view
     assert repr(plancache.plan_view(first.plan)).encode() == view
     assert cached.variables == fresh.variables and cached.kept == fresh.kept
+    # every local rank's binding variables, SLURMFABRIC_CPUS from the cached cpulist text
+    assert len(cached.plan.bindings) == len(fresh.plan.bindings)
+    for mine, theirs in zip(cached.plan.bindings, fresh.plan.bindings):
+        assert mine.cpulist == format_cpulist(list(theirs.cpus))
+        assert taskenv.binding_env(mine, bound=True) == taskenv.binding_env(theirs, bound=True)
     for fmt in ("export", "json", "dotenv"):
         assert taskenv.render(cached.variables, cached.kept, fmt, cached.plan) == \
             taskenv.render(fresh.variables, fresh.kept, fmt, fresh.plan)
@@ -248,8 +254,8 @@ def damaged_then_healed(env: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("fault", ["corrupt", "truncated", "empty", "wrong types",
-                                   "another key", "group-writable", "foreign owner",
-                                   "symlink", "a directory"])
+                                   "cpulist not text", "another key", "group-writable",
+                                   "foreign owner", "symlink", "a directory"])
 def test_a_damaged_or_untrusted_entry_falls_back_to_discovery(ib, tmp_path: Path,
                                                               fault: str) -> None:
     _, env = ib
@@ -265,6 +271,10 @@ def test_a_damaged_or_untrusted_entry_falls_back_to_discovery(ib, tmp_path: Path
         value = marshal.loads(data)
         payload = dict(value[4], nccl_env={"NCCL_IB_HCA": 1})
         entry.write_bytes(marshal.dumps((*value[:4], payload)))
+    elif fault == "cpulist not text":
+        value = marshal.loads(data)
+        bindings = [dict(b, cpulist=list(b["cpus"])) for b in value[4]["bindings"]]
+        entry.write_bytes(marshal.dumps((*value[:4], dict(value[4], bindings=bindings))))
     elif fault == "another key":
         value = marshal.loads(data)
         entry.write_bytes(marshal.dumps((value[0], value[1] + "x", *value[2:])))
@@ -380,14 +390,20 @@ def test_the_fingerprint_reads_every_gid_slot_discovery_reads(tmp_path: Path) ->
 
 def test_edited_planner_code_is_another_key(tmp_path: Path) -> None:
     """An editable checkout changed at the same version never reads what the old code wrote."""
-    for sub in ("plan", "topology"):
+    for sub in ("plan", "topology", "_common"):
         (tmp_path / sub).mkdir()
-        (tmp_path / sub / "a.py").write_text("")
-        os.utime(tmp_path / sub / "a.py", ns=(1, 1))
+    for path in ("plan/a.py", "topology/a.py", "_common/sysfs.py"):
+        (tmp_path / path).write_text("")
+        os.utime(tmp_path / path, ns=(1, 1))
     before = plancache._code_stamp(str(tmp_path))
     assert before == plancache._code_stamp(str(tmp_path))
-    os.utime(tmp_path / "topology" / "a.py", ns=(2 * 10**18, 2 * 10**18))
-    assert plancache._code_stamp(str(tmp_path)) != before
+    assert "unreadable" not in before
+    # the cached plan carries format_cpulist's text: editing it is another key too
+    for step, path in enumerate(("_common/sysfs.py", "topology/a.py"), start=2):
+        os.utime(tmp_path / path, ns=(step * 10**18, step * 10**18))
+        after = plancache._code_stamp(str(tmp_path))
+        assert after != before, path
+        before = after
 
 
 def test_a_bond_losing_a_slave(tmp_path: Path) -> None:
