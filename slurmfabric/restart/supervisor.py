@@ -112,9 +112,11 @@ class Supervisor:
         self.flags: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.exclude: list[str] = []  # nodes the next start must not get
+        # the heartbeats when there is a directory; the launch's output (our stdout, the
+        # job's output file) stands in while no rank writes beats
         self.watcher = Watcher(options.progress_dir, job.job_id, options.hang_timeout,
-                               options.slow_ratio, options.prom) if options.progress_dir \
-            else None
+                               options.slow_ratio, options.prom, log_fd=1) \
+            if options.progress_dir or "hang" in options.events else None
 
     # -- the record ------------------------------------------------------------------------
 
@@ -330,8 +332,9 @@ class Supervisor:
         lines, nodes, data = culprits(finding, self.job.job_id, env=self.job.env)
         for line in lines:
             _say(line)
-        self._log("finding", kind=finding.kind, detail=finding.detail, ranks=finding.ranks,
-                  nodes=nodes, culprits=data.get("culprits"))
+        self._log("finding", kind=finding.kind, signal=finding.signal, detail=finding.detail,
+                  ranks=finding.ranks, nodes=nodes, culprits=data.get("culprits"),
+                  named_after=round(time.time() - finding.time, 2))
         if finding.kind not in self.o.events:
             return None
         if finding.kind == "slow":  # still training: keep its progress
@@ -347,12 +350,22 @@ class Supervisor:
         self.exclude = nodes
         where = f"culprit node(s) {', '.join(nodes)}" if nodes else "culprit node unknown"
         return self._continue_or_stop(finding.kind, f"{finding.detail}; {where}",
-                                      nodes=nodes, step_reached=self._reached(),
+                                      nodes=nodes, signal=finding.signal,
+                                      step_reached=self._reached(),
                                       checkpoint_step=self._latest_step())
 
     def _exclude_on_requeue(self) -> None:
-        """The job's ExcNodeList plus the culprits, set before the requeue: the requeued
-        job keeps its node count and is not started on them again."""
+        """The job's ExcNodeList plus the culprits, set right after the requeue: the
+        requeued job keeps its node count and is not started on them again.
+
+        Slurm 22.05 refuses ``ExcNodeList`` on a running job ("Job is no longer pending
+        execution", job_mgr.c update_job), and accepts it once ``scontrol requeue`` made it
+        pending again (recorded on the testbed). The requeued job waits out its BeginTime
+        (cred_expire + 1 s, AuthInfo in slurm.conf(5)) first, so the update lands before it
+        can start; this batch shell catches Slurm's SIGTERM and is killed only after
+        KillWait. ``requeuehold`` + update + ``release`` would leave the job held for good
+        if this shell died between the calls; a plain requeue at worst restarts without
+        the exclusion."""
         try:
             record = slurmcmd.job(self.job.job_id, env=self.job.env)
             have = record.get("ExcNodeList", "")
@@ -405,9 +418,9 @@ class Supervisor:
                 f"--export=ALL,SLURMFABRIC_CHAIN_COUNT={self.job.chain + 1},"
                 f"SLURMFABRIC_RUN_ID={self.job.run}"], env=self.job.env)
             return f"submitted successor {successor.job_id}", successor.job_id
+        slurmcmd.requeue(self.job.target, env=self.job.env)
         if self.exclude:
             self._exclude_on_requeue()
-        slurmcmd.requeue(self.job.target, env=self.job.env)
         return f"requeued {self.job.target}", None
 
     def _final(self, reason: str, detail: str, rc: int = 1, **fields: object) -> int:
