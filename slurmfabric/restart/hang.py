@@ -10,7 +10,8 @@ one the batch shell can read: shared storage, or each node's beats collected the
 A program that does not call the helper writes no beats; then ``LogSilence`` stands in: the
 launch's output goes to the job's output file, which the batch shell holds open as its
 stdout, so the file's size (``fstat(2)`` of fd 1) grows whenever a rank prints. No growth
-for longer than the hang timeout is a hang (``Finding.signal = "log_silence"``). It is
+for longer than the hang timeout is a hang (``Finding.signal = "log_silence"``); the
+first hang timeout after the launch starts is not counted (imports, data loading). It is
 watched only while no rank has written a beat in this run (a program with the helper may
 print rarely), and only when stdout is a regular file (not a pipe, a terminal or
 /dev/null); the supervisor's own lines only delay it. Ranks whose output goes elsewhere
@@ -46,8 +47,12 @@ class LogSilence:
             return None
         if not stat.S_ISREG(info.st_mode):
             return None
+        if self.size < 0:  # the launch starts: imports and data loading print little,
+            # so the first silence gets twice the timeout
+            self.size, self.since = info.st_size, now + self.timeout
+            return None
         if info.st_size != self.size:
-            self.size, self.since, self.fired = info.st_size, now, False
+            self.size, self.since, self.fired = info.st_size, max(now, self.since), False
             return None
         quiet = now - self.since
         if quiet <= self.timeout or self.fired:

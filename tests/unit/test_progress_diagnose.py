@@ -78,9 +78,9 @@ def ranks(tmp_path):
         p.wait()
 
 
-def collect(job: str) -> diagnose.Diagnosis:
+def collect(job: str, node: str = "node0") -> diagnose.Diagnosis:
     env = clean_env(PATH=os.environ.get("PATH", "/usr/bin:/bin"), PYTHONPATH=str(ROOT),
-                    SLURMD_NODENAME="node0")  # as srun sets it for the collector's task
+                    SLURMD_NODENAME=node)  # as srun sets it for the collector's task
     done = subprocess.run([sys.executable, "-m", "slurmfabric.progress.collect", job],
                           env=env, capture_output=True, text=True, timeout=60, check=True)
     return diagnose.analyse(job, diagnose.parse_output(done.stdout))
@@ -110,6 +110,10 @@ def test_a_rank_sleeping_outside_the_collective_is_named(ranks, tmp_path):
     text = result.text()
     assert f"culprit: rank 2 on node0 (pid {procs[2].pid}): not in the collective" in text
     json.dumps(result.to_dict())
+    # another slurmd on the same host (the testbed's nodes) sees these processes but
+    # leaves them to node0's collector: each rank is reported once, by its own node
+    other = collect(job, node="node1")
+    assert other.culprits == [] and not any(g["ranks"] for g in other.groups)
 
 
 @needs_pyspy
