@@ -418,6 +418,12 @@ class Supervisor:
                 f"--export=ALL,SLURMFABRIC_CHAIN_COUNT={self.job.chain + 1},"
                 f"SLURMFABRIC_RUN_ID={self.job.run}"], env=self.job.env)
             return f"submitted successor {successor.job_id}", successor.job_id
+        if self.exclude:
+            # The requeue sends SIGTERM to every process of the batch step, the scontrol
+            # that sets the exclusion included (it died with -15 on the testbed); ignored
+            # signals stay ignored across exec (signal(7)), so it finishes. SIGKILL
+            # follows only after KillWait.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         slurmcmd.requeue(self.job.target, env=self.job.env)
         if self.exclude:
             self._exclude_on_requeue()

@@ -220,3 +220,22 @@ def test_cli_runs_one_srun_step_and_prints_the_culprit(tmp_path, monkeypatch):
     data = json.loads(subprocess.run([*run, "--json"], env=env, capture_output=True,
                                      text=True, check=True).stdout)
     assert [(c["rank"], c["state"]) for c in data["culprits"]] == [(2, "D")]
+
+
+def test_the_collector_step_runs_one_task_per_node_of_the_job(tmp_path):
+    """Inside the batch shell srun would take SLURM_NTASKS (the job's 4 ranks) for the
+    collector step: two collectors per node, each rank named twice. The step gets the
+    job's node count from scontrol instead."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/sh\necho "JobId=5 JobState=RUNNING NumNodes=2 NumTasks=4 NodeList=n[0-1]"\n')
+    (bin_dir / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$*" > "$FAKE_DIR/argv"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DIR": str(tmp_path),
+           "SLURM_NTASKS": "4", "SLURM_JOB_ID": "5"}
+    diagnose.diagnose("5", env=env)
+    argv = (tmp_path / "argv").read_text().split()
+    assert argv[:5] == ["--overlap", "--jobid=5", "--nodes=2", "--ntasks=2",
+                        "--ntasks-per-node=1"]
