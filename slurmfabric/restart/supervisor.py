@@ -332,9 +332,30 @@ class Supervisor:
         lines, nodes, data = culprits(finding, self.job.job_id, env=self.job.env)
         for line in lines:
             _say(line)
+        # A node that stopped answering explains a hang better than any rank: its ranks
+        # are gone, the others wait for them (the diagnosis cannot reach it).
+        silent = self._bad_nodes(self.job.nodes) if finding.kind == "hang" else []
+        unreached = self._unreached(data) if finding.kind == "hang" and data else []
+        if unreached and not silent and finding.kind in self.o.events:
+            # a collector did not answer: the node may be dead and not yet marked (Slurm
+            # waits SlurmdTimeout); wait for Slurm's verdict before blaming a rank
+            _say(f"hang: no answer from {', '.join(unreached)}; waiting up to "
+                 f"{SLURM_NOTICE_WAIT:.0f} s for Slurm to mark it")
+            deadline = time.time() + SLURM_NOTICE_WAIT
+            while time.time() < deadline and not self.flags and not silent:
+                time.sleep(1.0)
+                silent = self._bad_nodes(",".join(unreached))
+        if silent:
+            _say(f"hang: {', '.join(silent)} is not answering Slurm: the culprit node")
+            nodes = silent
         self._log("finding", kind=finding.kind, signal=finding.signal, detail=finding.detail,
                   ranks=finding.ranks, nodes=nodes, culprits=data.get("culprits"),
                   named_after=round(time.time() - finding.time, 2))
+        if self.flags:  # Slurm acted while the diagnosis ran (a node failure, the time
+            # limit): its signal decides, not the finding
+            name = self.flags.pop(0)
+            return self._warning() if name == f"SIG{self.o.signal}" else \
+                self._terminated(name)
         if finding.kind not in self.o.events:
             return None
         if finding.kind == "slow":  # still training: keep its progress
@@ -353,6 +374,18 @@ class Supervisor:
                                       nodes=nodes, signal=finding.signal,
                                       step_reached=self._reached(),
                                       checkpoint_step=self._latest_step())
+
+    def _unreached(self, diagnosis: dict[str, object]) -> list[str]:
+        """The job's nodes whose collector printed nothing in the diagnosis."""
+        from slurmfabric.slurm.hostlist import HostlistError, expand
+
+        answered = {str(n.get("host")) for n in diagnosis.get("nodes") or []
+                    if isinstance(n, dict)}
+        try:
+            nodes = expand(self.job.nodes) if self.job.nodes else []
+        except HostlistError:
+            return []
+        return [node for node in nodes if node not in answered]
 
     def _exclude_on_requeue(self) -> None:
         """The job's ExcNodeList plus the culprits, set right after the requeue: the
@@ -403,6 +436,9 @@ class Supervisor:
         try:
             self._resubmit()
         except SlurmCommandError as error:
+            if "pending" in str(error).lower():  # Slurm requeued it first (a node failure)
+                _say(f"Slurm has requeued {self.job.target} already: {error}")
+                return 0
             return self._final(reason, f"{detail}; the requeue failed: {error}",
                                rc=exit_code or 1, **fields)
         return 0

@@ -497,6 +497,9 @@ def test_a_hang_names_the_rank_and_requeues_without_its_node(tmp_path: Path,
         # Slurm 22.05 takes ExcNodeList only from a pending job: after the requeue
         calls = h.calls()
         assert calls[-1] == "scontrol update JobId=77 ExcNodeList=sfn2"
+        found = history(str(h.ckpt))  # the restart report names the culprit node
+        assert [(r.reason, r.nodes) for r in found.restarts] == [("hang", ["sfn2"])]
+        assert "hang (sfn2)" in format_history(found)
         assert calls.index("scontrol requeue 77") < len(calls) - 1
     else:
         assert not any(call.startswith("scontrol requeue") for call in h.calls())
