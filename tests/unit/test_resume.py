@@ -628,3 +628,30 @@ def test_log_silence_is_not_watched_once_ranks_write_beats(tmp_path: Path) -> No
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_node_failure_during_the_hang_diagnosis_is_slurms_to_handle(tmp_path: Path) -> None:
+    """A dead node: the beats show a hang first; the collector step gets no answer from
+    that node and Slurm marks it down and ends the job while the diagnosis runs. Slurm's
+    SIGTERM decides (node_fail, the node named), and nothing is requeued twice."""
+    h = Harness(tmp_path)
+    (tmp_path / "child.py").write_text(HUNG)
+    srun = tmp_path / "bin" / "srun"  # only sfn1's collector answers, after a while
+    srun.write_text('#!/bin/sh\necho "srun $*" >> "$FAKE_SLURM/calls"\nsleep 3\n'
+                    'echo \'0: {"kind": "node", "host": "sfn1", "job": "77"}\'\n')
+    srun.chmod(0o755)
+    h.answer("sinfo", "sfn1 allocated\nsfn2 down*")
+    h.answer("show_job", "JobId=77 JobState=COMPLETING Restarts=1 Requeue=1")
+    beats = tmp_path / "beats"
+    proc = h.start("--events", "hang,node_fail", "--hang-timeout", "60", "--progress-dir",
+                   str(beats))
+    deadline = time.time() + 30
+    while not any(c.startswith("srun") for c in h.calls()) and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)  # Slurm: node failure, job requeued
+    rc, out = finish(proc)
+    assert rc == 143, out
+    end = h.events()[-1]
+    assert (end["reason"], end["nodes"]) == ("node_fail", ["sfn2"])
+    assert "sfn2 is not answering Slurm: the culprit node" in out
+    assert not any(call.startswith("scontrol requeue") for call in h.calls())
