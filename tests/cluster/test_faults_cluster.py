@@ -107,7 +107,7 @@ def jobs(cluster: Cluster, work: Path) -> dict[str, str]:
                        "program.env.FAULT_STEP=60", 'launcher.resume.events=["node_fail"]'),
         # the slowdown after 30+ s of healthy training (0.05 s compute + the all_reduce)
         "slow": submit(cluster, work, "slow", "program.env.FAULT=slow",
-                       "program.env.FAULT_STEP=500", "program.env.TRAIN_STEPS=100000",
+                       "program.env.FAULT_STEP=600", "program.env.TRAIN_STEPS=100000",
                        'launcher.resume.events=["node_fail"]'),
     }
 
