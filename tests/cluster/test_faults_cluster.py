@@ -121,8 +121,9 @@ def test_a_hung_rank_is_named_and_the_job_resumes_without_its_node(
     assert record["JobState"] == "COMPLETED", text
     fault = records(text, "fault")[0]
     culprit_node = fault["node"]
-    found = [f for f in findings(work, "hang") if f["kind"] == "hang"]
-    assert len(found) == 1, found
+    found = findings(work, "hang")
+    # one hang, and nothing in the healthy run after the restart (no slow report either)
+    assert [f["kind"] for f in found] == ["hang"], found
     hang = found[0]
     assert hang["signal"] == "heartbeats" and hang["nodes"] == [culprit_node]
     named = [(c["rank"], c["host"], c["pid"]) for c in hang["culprits"]]
