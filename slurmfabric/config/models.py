@@ -403,6 +403,10 @@ class LauncherSection(Section):
     slurmfabric: Optional[str] = None
     slurmfabric_module: Optional[str] = None  # `module load` this first (e.g. an Lmod module)
     check_nodes: bool = True  # one srun step that checks slurmfabric on every node
+    # PyTorch's NCCL flight recorder: the script sets TORCH_NCCL_TRACE_BUFFER_SIZE,
+    # TORCH_NCCL_DUMP_ON_TIMEOUT=1 and TORCH_NCCL_DEBUG_INFO_TEMP_FILE (a per-job dump
+    # directory) unless already set, so `jobs diagnose` can read the dumps; false: none
+    nccl_flight_recorder: bool = True
     # false: ranks keep the CPU/memory affinity they start with ('launch --no-bind', srun
     # --cpu-bind=none, mpirun --bind-to none)
     bind: bool = True

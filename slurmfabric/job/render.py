@@ -211,7 +211,26 @@ def supervise_args(config: JobConfig) -> list[str]:
         "--events", ",".join(resume.events), "--max-restarts", str(resume.max_restarts),
         "--signal", resume.signal, "--grace", str(resume.grace_seconds),
         "--mode", resume.mode, "--keep", str(resume.keep), "--launcher", config.launcher.type,
+        # the heartbeats' directory is exported above it in the script (resume.sh.j2)
+        "--progress-dir", Shell('"$SLURMFABRIC_PROGRESS_DIR"'),
+        "--hang-timeout", str(resume.hang_timeout), "--slow-ratio", f"{resume.slow_ratio:g}",
     ]
+
+
+FLIGHT_RECORDER = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
+                   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+
+
+def flight_recorder(config: JobConfig) -> list[str]:
+    """The flight-recorder variables the script sets (``launcher.nccl_flight_recorder``):
+    none for nccl-tests (no PyTorch) or when off, and none that the config's own
+    environment names (the user's value wins; the submitting environment's wins too, the
+    template sets each only when unset)."""
+    if not config.launcher.nccl_flight_recorder or config.launcher.type == "nccl-tests":
+        return []
+    program = config.program
+    own = {*program.env, *program.env_prepend, *program.env_append, *program.env_expand}
+    return [name for name in FLIGHT_RECORDER if name not in own]
 
 
 def _context(config: JobConfig, slurmfabric_bin: Optional[str],
@@ -245,6 +264,7 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "resume": config.launcher.resume,
         "checkpoint_dir": checkpoint_dir(config),
         "supervise_args": supervise_args(config),
+        "flight_recorder": flight_recorder(config),
         **{key: _shell_tree(value) for key, value in usercode.context(config, q).items()},
     }
 

@@ -20,9 +20,10 @@ call is a no-op, so a program can call it unconditionally.
 communication; ``step(compute_seconds=...)`` is the alternative for programs that time
 the compute part themselves. The record is JSON padded with spaces to ``RECORD`` bytes:
 a reader that catches a write half done sees two consecutive beats of one rank mixed, or
-text that does not parse (skipped until the next read). The directory should be
-node-local or on a file system whose clients see another client's writes without a
-close(2) (not NFS with close-to-open caching): ``collect`` reads node-local beats.
+text that does not parse (skipped until the next read). The supervisor reads every
+rank's beats from the batch shell's node, so a rendered job puts the directory under its
+checkpoint directory, which every node shares (docs/progress.md: NFS delays the beats by
+its caches, keep the hang timeout above them); ``collect`` reads the beats on each node.
 
 Standard library only, imported by every rank: nothing here may import more.
 """

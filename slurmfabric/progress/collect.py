@@ -92,6 +92,9 @@ def find_ranks(job: str) -> list[dict[str, object]]:
     own = _own_tree()
     own_step = os.environ.get("SLURM_STEP_ID") if os.environ.get("SLURM_JOB_ID") == job \
         else None
+    # Several slurmd on one host (multiple-slurmd, a test cluster) see each other's
+    # processes: a rank started by another node's slurmd is that node's to report.
+    node = os.environ.get("SLURMD_NODENAME")
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in own:
@@ -101,6 +104,8 @@ def find_ranks(job: str) -> list[dict[str, object]]:
         if not env or env.get("SLURM_JOB_ID") != job:
             continue
         if own_step is not None and env.get("SLURM_STEP_ID") == own_step:
+            continue
+        if node and env.get("SLURMD_NODENAME", node) != node:
             continue
         if not _is_python(pid):
             continue

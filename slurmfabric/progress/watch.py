@@ -119,13 +119,17 @@ class Finding:
     ranks: list[dict[str, object]]
     detail: str
     time: float
+    # what saw it: "heartbeats" (the ranks' beats) or "log_silence" (no beats, and the
+    # launch printed nothing for the hang timeout: restart.hang.LogSilence)
+    signal: str = "heartbeats"
 
     def log_line(self) -> str:
         named = "; ".join(
             f"rank {r['rank']} on {r['host'] or '?'} (pid {r['pid']}, gpu {r['gpu'] or '?'}, "
             f"step {r['step']}{', ' + str(r['why']) if r.get('why') else ''})"
             for r in self.ranks)
-        return f"slurmfabric: {self.kind}: {self.detail}" + (f": {named}" if named else "")
+        return (f"slurmfabric: {self.kind}: {self.detail}" + (f": {named}" if named else "")
+                + f" [signal: {self.signal}]")
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

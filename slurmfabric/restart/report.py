@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from slurmfabric.restart import events
 
-INTERRUPTIONS = ("timeout", "preempt", "node_fail", "worker_fail", "unknown")
+INTERRUPTIONS = ("timeout", "preempt", "node_fail", "worker_fail", "hang", "slow", "unknown")
 
 
 @dataclass

@@ -112,9 +112,11 @@ class Supervisor:
         self.flags: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.exclude: list[str] = []  # nodes the next start must not get
+        # the heartbeats when there is a directory; the launch's output (our stdout, the
+        # job's output file) stands in while no rank writes beats
         self.watcher = Watcher(options.progress_dir, job.job_id, options.hang_timeout,
-                               options.slow_ratio, options.prom) if options.progress_dir \
-            else None
+                               options.slow_ratio, options.prom, log_fd=1) \
+            if options.progress_dir or "hang" in options.events else None
 
     # -- the record ------------------------------------------------------------------------
 
@@ -330,8 +332,30 @@ class Supervisor:
         lines, nodes, data = culprits(finding, self.job.job_id, env=self.job.env)
         for line in lines:
             _say(line)
-        self._log("finding", kind=finding.kind, detail=finding.detail, ranks=finding.ranks,
-                  nodes=nodes, culprits=data.get("culprits"))
+        # A node that stopped answering explains a hang better than any rank: its ranks
+        # are gone, the others wait for them (the diagnosis cannot reach it).
+        silent = self._bad_nodes(self.job.nodes) if finding.kind == "hang" else []
+        unreached = self._unreached(data) if finding.kind == "hang" and data else []
+        if unreached and not silent and finding.kind in self.o.events:
+            # a collector did not answer: the node may be dead and not yet marked (Slurm
+            # waits SlurmdTimeout); wait for Slurm's verdict before blaming a rank
+            _say(f"hang: no answer from {', '.join(unreached)}; waiting up to "
+                 f"{SLURM_NOTICE_WAIT:.0f} s for Slurm to mark it")
+            deadline = time.time() + SLURM_NOTICE_WAIT
+            while time.time() < deadline and not self.flags and not silent:
+                time.sleep(1.0)
+                silent = self._bad_nodes(",".join(unreached))
+        if silent:
+            _say(f"hang: {', '.join(silent)} is not answering Slurm: the culprit node")
+            nodes = silent
+        self._log("finding", kind=finding.kind, signal=finding.signal, detail=finding.detail,
+                  ranks=finding.ranks, nodes=nodes, culprits=data.get("culprits"),
+                  named_after=round(time.time() - finding.time, 2))
+        if self.flags:  # Slurm acted while the diagnosis ran (a node failure, the time
+            # limit): its signal decides, not the finding
+            name = self.flags.pop(0)
+            return self._warning() if name == f"SIG{self.o.signal}" else \
+                self._terminated(name)
         if finding.kind not in self.o.events:
             return None
         if finding.kind == "slow":  # still training: keep its progress
@@ -347,12 +371,34 @@ class Supervisor:
         self.exclude = nodes
         where = f"culprit node(s) {', '.join(nodes)}" if nodes else "culprit node unknown"
         return self._continue_or_stop(finding.kind, f"{finding.detail}; {where}",
-                                      nodes=nodes, step_reached=self._reached(),
+                                      nodes=nodes, signal=finding.signal,
+                                      step_reached=self._reached(),
                                       checkpoint_step=self._latest_step())
 
+    def _unreached(self, diagnosis: dict[str, object]) -> list[str]:
+        """The job's nodes whose collector printed nothing in the diagnosis."""
+        from slurmfabric.slurm.hostlist import HostlistError, expand
+
+        answered = {str(n.get("host")) for n in diagnosis.get("nodes") or []
+                    if isinstance(n, dict)}
+        try:
+            nodes = expand(self.job.nodes) if self.job.nodes else []
+        except HostlistError:
+            return []
+        return [node for node in nodes if node not in answered]
+
     def _exclude_on_requeue(self) -> None:
-        """The job's ExcNodeList plus the culprits, set before the requeue: the requeued
-        job keeps its node count and is not started on them again."""
+        """The job's ExcNodeList plus the culprits, set right after the requeue: the
+        requeued job keeps its node count and is not started on them again.
+
+        Slurm 22.05 refuses ``ExcNodeList`` on a running job ("Job is no longer pending
+        execution", job_mgr.c update_job), and accepts it once ``scontrol requeue`` made it
+        pending again (recorded on the testbed). The requeued job waits out its BeginTime
+        (cred_expire + 1 s, AuthInfo in slurm.conf(5)) first, so the update lands before it
+        can start; this batch shell catches Slurm's SIGTERM and is killed only after
+        KillWait. ``requeuehold`` + update + ``release`` would leave the job held for good
+        if this shell died between the calls; a plain requeue at worst restarts without
+        the exclusion."""
         try:
             record = slurmcmd.job(self.job.job_id, env=self.job.env)
             have = record.get("ExcNodeList", "")
@@ -390,6 +436,9 @@ class Supervisor:
         try:
             self._resubmit()
         except SlurmCommandError as error:
+            if "pending" in str(error).lower():  # Slurm requeued it first (a node failure)
+                _say(f"Slurm has requeued {self.job.target} already: {error}")
+                return 0
             return self._final(reason, f"{detail}; the requeue failed: {error}",
                                rc=exit_code or 1, **fields)
         return 0
@@ -406,8 +455,14 @@ class Supervisor:
                 f"SLURMFABRIC_RUN_ID={self.job.run}"], env=self.job.env)
             return f"submitted successor {successor.job_id}", successor.job_id
         if self.exclude:
-            self._exclude_on_requeue()
+            # The requeue sends SIGTERM to every process of the batch step, the scontrol
+            # that sets the exclusion included (it died with -15 on the testbed); ignored
+            # signals stay ignored across exec (signal(7)), so it finishes. SIGKILL
+            # follows only after KillWait.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         slurmcmd.requeue(self.job.target, env=self.job.env)
+        if self.exclude:
+            self._exclude_on_requeue()
         return f"requeued {self.job.target}", None
 
     def _final(self, reason: str, detail: str, rc: int = 1, **fields: object) -> int:

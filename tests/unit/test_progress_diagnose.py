@@ -78,9 +78,9 @@ def ranks(tmp_path):
         p.wait()
 
 
-def collect(job: str) -> diagnose.Diagnosis:
+def collect(job: str, node: str = "node0") -> diagnose.Diagnosis:
     env = clean_env(PATH=os.environ.get("PATH", "/usr/bin:/bin"), PYTHONPATH=str(ROOT),
-                    SLURMD_NODENAME="node0")  # as srun sets it for the collector's task
+                    SLURMD_NODENAME=node)  # as srun sets it for the collector's task
     done = subprocess.run([sys.executable, "-m", "slurmfabric.progress.collect", job],
                           env=env, capture_output=True, text=True, timeout=60, check=True)
     return diagnose.analyse(job, diagnose.parse_output(done.stdout))
@@ -110,6 +110,10 @@ def test_a_rank_sleeping_outside_the_collective_is_named(ranks, tmp_path):
     text = result.text()
     assert f"culprit: rank 2 on node0 (pid {procs[2].pid}): not in the collective" in text
     json.dumps(result.to_dict())
+    # another slurmd on the same host (the testbed's nodes) sees these processes but
+    # leaves them to node0's collector: each rank is reported once, by its own node
+    other = collect(job, node="node1")
+    assert other.culprits == [] and not any(g["ranks"] for g in other.groups)
 
 
 @needs_pyspy
@@ -216,3 +220,22 @@ def test_cli_runs_one_srun_step_and_prints_the_culprit(tmp_path, monkeypatch):
     data = json.loads(subprocess.run([*run, "--json"], env=env, capture_output=True,
                                      text=True, check=True).stdout)
     assert [(c["rank"], c["state"]) for c in data["culprits"]] == [(2, "D")]
+
+
+def test_the_collector_step_runs_one_task_per_node_of_the_job(tmp_path):
+    """Inside the batch shell srun would take SLURM_NTASKS (the job's 4 ranks) for the
+    collector step: two collectors per node, each rank named twice. The step gets the
+    job's node count from scontrol instead."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/sh\necho "JobId=5 JobState=RUNNING NumNodes=2 NumTasks=4 NodeList=n[0-1]"\n')
+    (bin_dir / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$*" > "$FAKE_DIR/argv"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DIR": str(tmp_path),
+           "SLURM_NTASKS": "4", "SLURM_JOB_ID": "5"}
+    diagnose.diagnose("5", env=env)
+    argv = (tmp_path / "argv").read_text().split()
+    assert argv[:5] == ["--overlap", "--jobid=5", "--nodes=2", "--ntasks=2",
+                        "--ntasks-per-node=1"]

@@ -100,7 +100,9 @@ def test_script_warns_the_batch_shell_appends_output_and_execs_the_supervisor() 
     supervise = next(line for line in script.splitlines() if "resume supervise" in line)
     assert supervise == (
         'exec "$sf_bin" resume supervise --events timeout,preempt --max-restarts 3 --signal USR2 '
-        '--grace 90 --mode requeue --keep 2 --launcher torchrun --script "$0" -- \\')
+        '--grace 90 --mode requeue --keep 2 --launcher torchrun '
+        '--progress-dir "$SLURMFABRIC_PROGRESS_DIR" --hang-timeout 300 --slow-ratio 1.1 '
+        '--script "$0" -- \\')
     after = script.splitlines()[script.splitlines().index(supervise) + 1]
     assert after.startswith("srun ")  # the launch is the supervisor's argv, not a new line
     assert "--max-restarts" not in script.split(supervise)[1]  # no worker_fail: no torchrun retry
@@ -492,7 +494,164 @@ def test_a_hang_names_the_rank_and_requeues_without_its_node(tmp_path: Path,
         assert rc == 0, out
         end = h.events()[-1]
         assert end["reason"] == "hang" and end["action"] == "requeued 77"
-        assert h.calls()[-2:] == ["scontrol update JobId=77 ExcNodeList=sfn2",
-                                  "scontrol requeue 77"]
+        # Slurm 22.05 takes ExcNodeList only from a pending job: after the requeue
+        calls = h.calls()
+        assert calls[-1] == "scontrol update JobId=77 ExcNodeList=sfn2"
+        found = history(str(h.ckpt))  # the restart report names the culprit node
+        assert [(r.reason, r.nodes) for r in found.restarts] == [("hang", ["sfn2"])]
+        assert "hang (sfn2)" in format_history(found)
+        assert calls.index("scontrol requeue 77") < len(calls) - 1
     else:
         assert not any(call.startswith("scontrol requeue") for call in h.calls())
+
+
+# -- heartbeats and the flight recorder in the rendered script --------------------------------
+
+def _run_env_block(script: str, tmp: Path, **env: str) -> dict[str, str]:
+    """The script's flight-recorder and progress lines, run in bash: what a rank inherits."""
+    lines = script.splitlines()
+    first = next(i for i, line in enumerate(lines) if "NCCL flight recorder" in line)
+    last = next(i for i, line in enumerate(lines)
+                if line.startswith("export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="))
+    block = "\n".join(["set -euo pipefail", *lines[first:last + 1],
+                       *[line for line in lines if "SLURMFABRIC_CHECKPOINT_DIR=" in line
+                         or "SLURMFABRIC_PROGRESS_DIR=" in line],
+                       "env | grep -E '^(TORCH_NCCL|SLURMFABRIC_PROGRESS)' | sort"])
+    out = subprocess.run(["bash", "-c", block], cwd=tmp, capture_output=True, text=True,
+                         env=clean_env(SLURM_JOB_ID="4242", **env), check=True).stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def test_resume_script_gives_every_job_its_heartbeats_and_flight_dumps(tmp_path: Path) -> None:
+    script = render_sbatch(config('launcher.resume.events=["hang","slow"]',
+                                  "launcher.resume.hang_timeout=20",
+                                  "launcher.resume.slow_ratio=1.25"))
+    assert ('--progress-dir "$SLURMFABRIC_PROGRESS_DIR" --hang-timeout 20 --slow-ratio 1.25 '
+            in script)
+    got = _run_env_block(script, tmp_path)
+    # per job, under the checkpoint directory the nodes share; the dumps per job too
+    assert got["SLURMFABRIC_PROGRESS_DIR"] == \
+        f"{tmp_path}/checkpoints/slurmfabric/.slurmfabric/progress-4242"
+    assert got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{tmp_path}/nccl_trace_4242_rank_"
+    assert list(tmp_path.iterdir()) == []  # nothing written until a rank dumps
+    assert got["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert got["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+def test_the_users_flight_recorder_values_win_and_the_switch_turns_it_off(
+        tmp_path: Path) -> None:
+    script = render_sbatch(config("program.env.TORCH_NCCL_TRACE_BUFFER_SIZE=64"))
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE:-" not in script  # the config's own value only
+    assert "export TORCH_NCCL_TRACE_BUFFER_SIZE=64\n" in script
+    got = _run_env_block(script, tmp_path, TORCH_NCCL_DEBUG_INFO_TEMP_FILE="/scratch/fr_",
+                         TORCH_NCCL_DUMP_ON_TIMEOUT="0")
+    assert got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/scratch/fr_"  # the submit env wins
+    assert got["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0"
+    off = render_sbatch(config("launcher.nccl_flight_recorder=false"))
+    assert "TORCH_NCCL" not in off
+    assert "TORCH_NCCL" not in render_sbatch(load_config(
+        ROOT / "examples" / "nccl-tests-sweep.toml"))  # no PyTorch there
+
+
+# -- a hang seen without the helper: the launch went silent -----------------------------------
+
+SILENT = r"""
+import sys, time
+print("step 1", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("quiet", [60.0, 4.0])
+def test_log_silence_is_a_hang_when_no_rank_writes_beats(tmp_path: Path, quiet: float) -> None:
+    """The job's output file is the supervisor's stdout (sbatch -o): a launch that prints
+    nothing for longer than the hang timeout is a hang, marked as seen by log silence (the
+    first timeout after the launch starts is startup, not counted)."""
+    h = Harness(tmp_path)
+    (tmp_path / "child.py").write_text(SILENT)
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text('#!/bin/sh\necho "srun $*" >> "$FAKE_SLURM/calls"; exit 1\n')
+    srun.chmod(0o755)
+    out_file = tmp_path / "job.out"
+    cmd = [sys.executable, "-m", "slurmfabric", "resume", "supervise", "--checkpoint-dir",
+           str(h.ckpt), "--events", "hang", "--hang-timeout", "10", "--progress-dir",
+           str(tmp_path / "beats"), "--", sys.executable, str(tmp_path / "child.py"), str(quiet)]
+    started = time.time()
+    with open(out_file, "w") as handle:
+        rc = subprocess.run(cmd, env=h.env, stdout=handle, stderr=subprocess.STDOUT,
+                            timeout=90).returncode
+    out = out_file.read_text()
+    if quiet < 10:  # printed, then finished within the timeout: nothing to say
+        assert rc == 0 and "hang" not in out, out
+        return
+    assert rc == 0, out
+    assert "slurmfabric: hang: the launch printed nothing for 1" in out
+    assert "[signal: log_silence]" in out
+    assert time.time() - started < 45  # found at 20-25 s (one look every 5 s), not at exit
+    finding = next(e for e in h.events() if e["event"] == "finding")
+    assert finding["signal"] == "log_silence" and finding["kind"] == "hang"
+    end = h.events()[-1]
+    assert end["reason"] == "hang" and end["signal"] == "log_silence"
+    assert "scontrol requeue 77" in h.calls()
+
+
+def test_log_silence_is_not_watched_once_ranks_write_beats(tmp_path: Path) -> None:
+    from slurmfabric.restart.hang import Watcher
+
+    out = tmp_path / "out"
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    with open(out, "w") as handle:
+        handle.write("started\n")
+        handle.flush()
+        silent = Watcher("", "1", timeout=10, log_fd=handle.fileno(), every=0)
+        watched = Watcher(str(beats), "1", timeout=10, log_fd=handle.fileno(), every=0)
+        record = {"rank": 0, "pid": 1, "host": "n1", "local": "0", "gpus": "", "step": 3,
+                  "phase": "step", "time": 1000.0, "compute": 0.1, "compute_sum": 0.3,
+                  "timed": 3}
+        (beats / "rank-0.beat").write_text(json.dumps(record))
+        assert silent.poll(1000.0) == [] and watched.poll(1000.0) == []
+        assert silent.poll(1015.0) == []  # the first timeout is startup
+        (beats / "rank-0.beat").write_text(json.dumps({**record, "step": 4, "time": 1018.0}))
+        later = silent.poll(1021.0)
+        assert [f.signal for f in later] == ["log_silence"]
+        assert watched.poll(1021.0) == []  # beats advance: the quiet log is no hang
+        assert silent.poll(1030.0) == []  # said once per silence
+        handle.write("step 5\n")
+        handle.flush()
+        assert silent.poll(1031.0) == [] and silent.poll(1040.0) == []
+        assert silent.poll(1042.0)[0].signal == "log_silence"
+    r, w = os.pipe()
+    try:
+        piped = Watcher("", "1", timeout=1, log_fd=w, every=0)
+        assert piped.poll(0.0) == [] and piped.poll(100.0) == []  # a pipe has no size
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_node_failure_during_the_hang_diagnosis_is_slurms_to_handle(tmp_path: Path) -> None:
+    """A dead node: the beats show a hang first; the collector step gets no answer from
+    that node and Slurm marks it down and ends the job while the diagnosis runs. Slurm's
+    SIGTERM decides (node_fail, the node named), and nothing is requeued twice."""
+    h = Harness(tmp_path)
+    (tmp_path / "child.py").write_text(HUNG)
+    srun = tmp_path / "bin" / "srun"  # only sfn1's collector answers, after a while
+    srun.write_text('#!/bin/sh\necho "srun $*" >> "$FAKE_SLURM/calls"\nsleep 3\n'
+                    'echo \'0: {"kind": "node", "host": "sfn1", "job": "77"}\'\n')
+    srun.chmod(0o755)
+    h.answer("sinfo", "sfn1 allocated\nsfn2 down*")
+    h.answer("show_job", "JobId=77 JobState=COMPLETING Restarts=1 Requeue=1")
+    beats = tmp_path / "beats"
+    proc = h.start("--events", "hang,node_fail", "--hang-timeout", "60", "--progress-dir",
+                   str(beats))
+    deadline = time.time() + 30
+    while not any(c.startswith("srun") for c in h.calls()) and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)  # Slurm: node failure, job requeued
+    rc, out = finish(proc)
+    assert rc == 143, out
+    end = h.events()[-1]
+    assert (end["reason"], end["nodes"]) == ("node_fail", ["sfn2"])
+    assert "sfn2 is not answering Slurm: the culprit node" in out
+    assert not any(call.startswith("scontrol requeue") for call in h.calls())

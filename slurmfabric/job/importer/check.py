@@ -29,6 +29,10 @@ _NOT_COMPARED_ENV = ("SLURM", "SLURMFABRIC_", "OMPI_", "TORCHELASTIC_", "BASH", 
 _DERIVED = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
                       "NODE_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "RDZV_ID",
                       "sf_bin", "sf_check", "slurmfabric_job_env", "mpirun_bin"})
+# Diagnostics slurmfabric adds by default (launcher.nccl_flight_recorder, job/render.py):
+# compared only where the original set them too.
+_ADDED_DEFAULTS = frozenset({"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
+                             "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
 # srun options slurmfabric sets itself on its launch step (counts, error handling).
 _SRUN_OWN = ("--nodes", "--ntasks", "--ntasks-per-node", "--kill-on-bad-exit", "--jobid",
              "--cpus-per-task", "-N", "-n", "-c", "--export=ALL")
@@ -243,6 +247,8 @@ def compare_runs(orig: list[dict[str, Any]], new: list[dict[str, Any]], base: di
         report.differences.append(f"launch argv: {old['argv']} becomes {cur['argv']}")
     old_env, new_env = _env(old, base, params), _env(cur, base, params)
     for name in sorted(set(old_env) | set(new_env)):
+        if name in _ADDED_DEFAULTS and name not in old_env:
+            continue  # slurmfabric's flight-recorder default, where the original set none
         if old_env.get(name) != new_env.get(name):
             report.differences.append(f"launch env {name}: {old_env.get(name)!r} becomes "
                                       f"{new_env.get(name)!r}")
