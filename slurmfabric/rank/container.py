@@ -18,33 +18,33 @@ REPORTED = ("NCCL_", "UCX_", "FI_", "OMPI_", "PMIX_", "GLOO_", "TORCH_", "NVSHME
             "HCOLL_", "SHARP_", "OMP_", "MASTER_", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
-def image_names(path: str = ENVIRON_FILE) -> list[str]:
-    """The names the image's ENV sets (``NAME=VALUE`` lines of /etc/environment)."""
+def image_values(path: str = ENVIRON_FILE) -> dict[str, str]:
+    """The image's ENV: the ``NAME=VALUE`` lines of /etc/environment."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             lines = fh.read(1 << 20).splitlines()
     except OSError:
-        return []
-    names = []
+        return {}
+    out = {}
     for line in lines:
         line = line.strip()
         if line.startswith("export "):
             line = line[7:].lstrip()
-        name = line.split("=", 1)[0]
-        if "=" in line and name and not line.startswith("#"):
-            names.append(name)
-    return names
+        name, eq, value = line.partition("=")
+        if eq and name and not line.startswith("#"):
+            out[name] = value
+    return out
 
 
 def image_env(environ: dict[str, str], path: str = ENVIRON_FILE) -> dict[str, str]:
-    """The image's variables in effect that the plan did not pass (reported prefixes only);
-    empty outside a container job (no SLURMFABRIC_CONTAINER_ENV)."""
+    """The image's variables in effect (same value here) that the plan did not pass
+    (reported prefixes only); empty outside a container job (no SLURMFABRIC_CONTAINER_ENV)."""
     passed = environ.get(PASSED)
     if passed is None:
         return {}
     ours = set(passed.split(","))
-    return {name: environ[name] for name in image_names(path)
-            if name in environ and name not in ours and name.startswith(REPORTED)}
+    return {name: value for name, value in image_values(path).items()
+            if environ.get(name) == value and name not in ours and name.startswith(REPORTED)}
 
 
 def plan_view(environ: dict[str, str], path: str = ENVIRON_FILE) -> dict[str, str]:

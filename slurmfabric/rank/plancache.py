@@ -219,7 +219,11 @@ def _code_stamp(package: str | None = None) -> str:
     newest mtime in plan/, topology/ and this file): an edited checkout never reads an entry
     its old code wrote, even at the same version. ~30 stat calls."""
     package = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    newest = os.stat(__file__).st_mtime_ns
+    try:
+        newest = os.stat(__file__).st_mtime_ns
+    except NotADirectoryError:  # run from a zipapp (job/zipapp.py): one file holds the code
+        archive = os.path.dirname(package)
+        return f"{archive}:{os.stat(archive).st_mtime_ns}"
     for sub in ("plan", "topology"):
         try:
             with os.scandir(os.path.join(package, sub)) as entries:

@@ -166,6 +166,8 @@ def test_image_env_reports_only_what_the_plan_did_not_pass(tmp_path: Path) -> No
            "PATH": "/usr/bin", "CUDA_VERSION": "12.4"}
     assert container.image_env(env, str(environ_file)) == {"NCCL_IB_HCA": "mlx5_9",
                                                            "UCX_TLS": "rc"}
+    # a value that is no longer the image's (launch already set the plan's) is not its
+    assert "UCX_TLS" not in container.image_env({**env, "UCX_TLS": "tcp"}, str(environ_file))
     # the node plan decides NCCL_IB_HCA itself; the user's NCCL_SOCKET_IFNAME stays
     view = container.plan_view(env, str(environ_file))
     assert "NCCL_IB_HCA" not in view and view["NCCL_SOCKET_IFNAME"] == "ib0"
