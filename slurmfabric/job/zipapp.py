@@ -6,13 +6,20 @@ only the standard library, so the image's own ``python3`` can run it from a zip 
 archive's ``__main__.py``). The archive is built from the package's own files, so the
 host's ``slurmfabric env`` and the ranks' ``slurmfabric launch`` are always the same code;
 it is cached under a name that carries the version and a digest of those files, written
-atomically (concurrent jobs on a shared cache each see a whole file). Only source goes in:
-bytecode is specific to one Python version, and the image's may differ from the host's.
+atomically (concurrent jobs on a shared cache each see a whole file).
+
+zipimport never writes bytecode, so a rank importing source compiles every module it
+needs at each start (~150 ms). Each module therefore also goes in as an unchecked
+hash-based ``.pyc`` (PEP 552) of the building interpreter, which zipimport tries first: an
+image whose python3 has the same version loads it as it is; any other finds a bad magic
+number and falls back to the ``.py`` next to it (CPython Lib/zipimport.py
+``_get_module_code``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import zipfile
 from pathlib import Path
@@ -46,8 +53,18 @@ def sources(package: Path = PACKAGE) -> list[tuple[str, bytes]]:
     return out
 
 
+def bytecode(name: str, source: bytes) -> bytes:
+    """An unchecked hash-based .pyc of ``source`` for this interpreter (PEP 552 flags 0b01:
+    never compared with the source, which cannot change inside the archive)."""
+    code = compile(source, f"{CONTAINER_PATH}/{name}", "exec", dont_inherit=True)
+    source_hash = importlib.util.source_hash(source)
+    from importlib._bootstrap_external import _code_to_hash_pyc  # what py_compile uses
+
+    return bytes(_code_to_hash_pyc(code, source_hash, checked=False))
+
+
 def digest(files: list[tuple[str, bytes]]) -> str:
-    h = hashlib.sha256()
+    h = hashlib.sha256(importlib.util.MAGIC_NUMBER)  # the bytecode's Python version
     for name, data in files:
         h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return h.hexdigest()[:12]
@@ -86,6 +103,9 @@ def ensure(directory: Optional[Path] = None) -> Path:
                 for name, data in [("__main__.py", MAIN.encode()), *files]:
                     archive.writestr(zipfile.ZipInfo(name, _STAMP), data,
                                      compress_type=zipfile.ZIP_DEFLATED)
+                    if name != "__main__.py":  # run as a script: never from bytecode
+                        archive.writestr(zipfile.ZipInfo(name + "c", _STAMP),
+                                         bytecode(name, data), compress_type=zipfile.ZIP_DEFLATED)
         tmp.chmod(0o755)
         os.replace(tmp, target)
     except OSError as exc:

@@ -108,16 +108,22 @@ STUB_RECORD = 'printf "%s\\0" "STUB:$STUB_NAME" "$@" >> "$REC"; printf "\\1\\0" 
 STUBS = {
     # srun / mpirun / torchrun: record, then run what follows their options (the agent's bash,
     # or slurmfabric: its path is STUB_SF), like the real launchers would.
-    "srun": ('for ((i = 1; i <= $#; i++)); do a=${!i}; if [ "$a" = bash ] || '
-             '[ "$a" = "$STUB_SF" ] || [ "${a##*/}" = probe ]; then exec "${@:i}"; fi; done; '
-             'exit 97'),
+    # In a container job the node check is 'sh -c' and the ranks run 'python3 ZIPAPP'.
+    "srun": ('for ((i = 1; i <= $#; i++)); do a=${!i}; if [ "$a" = bash ] || [ "$a" = sh ] '
+             '|| [ "$a" = python3 ] || [ "$a" = "$STUB_SF" ] || [ "${a##*/}" = probe ]; then '
+             'exec "${@:i}"; fi; done; exit 97'),
     "mpirun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ]; then '
                'exec "${@:i}"; fi; done; exit 97'),
-    "torchrun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ]; then '
-                 'exec "${@:i}"; fi; done; exit 97'),
+    "torchrun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ] || '
+                 '[ "${!i}" = python3 ]; then exec "${@:i}"; fi; done; exit 97'),
+    # the image's python3 running the slurmfabric zipapp (docs/containers.md)
+    "python3": ('if [ "${1##*/}" = slurmfabric.pyz ]; then shift; exec "$STUB_SF" "$@"; fi; '
+                'exit 97'),
     "module": "exit 0",
     # slurmfabric: env is the real one; launch execs what follows its "--"
     "slurmfabric": ('if [ "$1" = env ]; then exec "$STUB_PY" -m slurmfabric "$@"; fi\n'
+                    'if [ "$1" = zipapp ]; then echo /stub/slurmfabric.pyz; exit 0; fi\n'
+                    'if [ "$1" = --version ]; then exit 0; fi\n'
                     'while [ "$#" -gt 0 ] && [ "$1" != -- ]; do shift; done; shift; '
                     'exec "$@"'),
     # the program: its argv, cwd and environment, NUL-separated

@@ -148,6 +148,29 @@ def test_zipapp_name_follows_the_sources(tmp_path: Path) -> None:
     assert zipapp.digest(files) != zipapp.digest(changed)
     names = zipfile.ZipFile(zipapp.ensure(tmp_path)).namelist()
     assert names[0] == "__main__.py" and "slurmfabric/cli.py" in names
+    assert "slurmfabric/cli.pyc" in names and "__main__.pyc" not in names
+
+
+def test_zipapp_bytecode_is_used_and_a_foreign_one_falls_back(tmp_path: Path) -> None:
+    """The archive's .pyc spare each rank the compile; a python3 of another version (bad
+    magic number) must still run, from the .py beside it."""
+    pyz = zipapp.ensure(tmp_path)
+
+    def tried(archive: Path) -> list[str]:  # zipimport's lookups for slurmfabric.cli (-vv)
+        out = subprocess.run([sys.executable, "-I", "-B", "-vv", str(archive), "--version"],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return re.findall(r"# trying \S+/slurmfabric/(cli\.pyc?)$", out.stderr, re.M)
+
+    assert "cli.pyc" in tried(pyz) and "cli.py" not in tried(pyz)  # bytecode: no compile
+    foreign = tmp_path / "foreign.pyz"
+    with zipfile.ZipFile(pyz) as src, zipfile.ZipFile(foreign, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith(".pyc"):
+                data = b"\x00\x00\r\n" + data[4:]  # another interpreter's magic number
+            dst.writestr(info, data)
+    assert "cli.py" in tried(foreign)  # the bytecode refused, then the source
 
 
 def test_zipapp_dir_that_pyxis_cannot_mount_is_refused(tmp_path: Path) -> None:
