@@ -45,10 +45,6 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the checkout: srun's own options (standard library)
-
-from slurmfabric.job.launcher_options import SRUN_SHORT_VALUE, SRUN_VALUE  # noqa: E402
-
 IGNORED_FLAGS = ("container-mount-home", "no-container-mount-home", "container-remap-root",
                  "no-container-remap-root", "container-entrypoint", "no-container-entrypoint",
                  "container-entrypoint-log", "container-writable", "container-readonly")
@@ -84,6 +80,8 @@ def build_image(path: Path, env: dict[str, str]) -> Path:
 
 def split(argv: list[str]) -> tuple[list[str], dict[str, list[str]], list[str]]:
     """(srun options, container options by name, the command)."""
+    from slurmfabric.job.launcher_options import SRUN_SHORT_VALUE, SRUN_VALUE
+
     srun: list[str] = []
     pyxis: dict[str, list[str]] = {}
     i = 0
@@ -227,4 +225,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parent))  # the checkout: srun's options (standard library)
     main()
