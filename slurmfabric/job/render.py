@@ -255,25 +255,34 @@ def container_env_names(config: JobConfig) -> list[str]:
     return sorted(names)
 
 
+def _array_word(text: str) -> str:
+    """q(text), quoted even when plain if it holds a ',': in a bash array an unquoted ','
+    reads as a typo for a space (ShellCheck SC2054)."""
+    quoted = q(text)
+    return f"'{quoted}'" if "," in text and quoted[0] not in "'$" else quoted
+
+
 def container(config: JobConfig) -> Optional[dict[str, Any]]:
     """The container options every srun step of the job shares (pyxis), or None."""
     image = config.program.container_image
-    if not image:
-        return None
     pyxis, other = split_pyxis_args(config.launcher.srun_args)
-    named = any(a.startswith("--container-name") for a in pyxis)
+    names = [value for option, value in zip(pyxis, [*pyxis[1:], ""])
+             if option.startswith("--container-name")
+             for value in [option.partition("=")[2] or value]]
+    if not image and not names:  # pyxis ignores the other container options then
+        return None
     env = ",".join(container_env_names(config))
-    words = [f"--container-image={q(image)}"]
-    if not named:  # a job-scoped name: imported by the first step, reused by the next
+    words = [_array_word(f"--container-image={image}")] if image else []
+    if not names:  # a job-scoped name: imported by the first step, reused by the next
         words.append('--container-name="sf-$SLURM_JOB_ID"')
     mounts = ",".join(config.program.container_mounts)
-    rest = f":{zipapp.CONTAINER_PATH}:ro" + (f",{mounts}" if mounts else "")
-    quoted = q(rest)  # quoted even when plain: a ',' in an array reads as a typo (SC2054)
-    words.append('--container-mounts="$sf_pyz"'
-                 + (quoted if quoted[0] in "'$" else f"'{quoted}'"))
+    words.append('--container-mounts="$sf_pyz"' + _array_word(
+        f":{zipapp.CONTAINER_PATH}:ro" + (f",{mounts}" if mounts else "")))
     words.append('--container-env="$SLURMFABRIC_CONTAINER_ENV"')
-    words += [q(a) for a in pyxis]
-    return {"image": Shell(q(image)), "words": Shell(" ".join(words)), "env": Shell(q(env)),
+    words += [_array_word(a) for a in pyxis]
+    # the check names the image, or the existing container a name-only job runs in
+    return {"image": Shell(q(image or names[0])), "words": Shell(" ".join(words)),
+            "env": Shell(q(env)),
             "srun_args": Shell(qargs(other)), "pyz": Shell(q(zipapp.CONTAINER_PATH))}
 
 
@@ -296,6 +305,7 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
              rerender: Optional[str] = None) -> dict[str, Any]:
     ops = config.launcher.nccl_tests
     job_shape = shape(config)
+    the_container = container(config)
     binaries = [f"{op}_perf" if not ops.bin_dir else f"{ops.bin_dir.rstrip('/')}/{op}_perf"
                 for op in ops.ops]
     return {
@@ -305,9 +315,9 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "program": config.program,
         "fabric": config.fabric,
         "sf": node_bin(config, slurmfabric_bin),
-        "container": container(config),
+        "container": the_container,
         # the ranks' slurmfabric: in a container, the mounted zipapp run by the image's python3
-        "sf_rank": Shell("python3 " + q(zipapp.CONTAINER_PATH)) if config.program.container_image
+        "sf_rank": Shell("python3 " + q(zipapp.CONTAINER_PATH)) if the_container
         else q(node_bin(config, slurmfabric_bin)),
         "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
                             for arg in config.launcher.mpirun_args),

@@ -438,8 +438,11 @@ def _run(case: Case, stubs: Path, config: object) -> list[str]:
     if case.field == "program.container_image" and not any(
             f"--container-image={value}" in r for r in srun_calls):
         wrong.append("srun never got --container-image=<value> as one argument")
+    # in a container job the slurmfabric zipapp's mount comes first (docs/containers.md)
+    zipapp = "/stub/slurmfabric.pyz:/opt/slurmfabric/slurmfabric.pyz:ro,"
     if case.field == "program.container_mounts[]" and not any(
-            f"--container-mounts={value[0]}" in r for r in srun_calls):
+            f"--container-mounts={first}{value[0]}" in r for r in srun_calls
+            for first in ("", zipapp)):
         wrong.append("srun never got --container-mounts=<value> as one argument")
     expected = ["#SBATCH " + o for o in sbatch_options(cfg)]  # type: ignore[arg-type]
     expected += ["#SBATCH " + comment(o) for o in cfg.job.extra_sbatch]  # type: ignore

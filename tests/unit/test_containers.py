@@ -227,3 +227,17 @@ def test_the_pyxis_stand_in_applies_pyxis_env_precedence() -> None:
          "--no-container-mount-home", "-w", "n1", "sh", "-c", "x"])
     assert srun == ["--nodes", "2", "-w", "n1"] and command == ["sh", "-c", "x"]
     assert pyxis == {"container-env": ["A,B"], "container-name": ["sf-7"]}
+
+
+def test_a_named_container_without_an_image_is_a_container_job() -> None:
+    """pyxis runs a step in an existing named container with --container-name alone; its
+    ranks run the zipapp too, and the check names that container."""
+    text = render_sbatch(load_config(sets=[
+        "launcher.type=srun", "job.nodes=2", "job.ntasks_per_node=1", 'program.command=["./app"]',
+        'launcher.srun_args=["--container-name", "prepared"]']))
+    words = container_words(text)
+    assert not any(w.startswith("--container-image") for w in words)
+    assert words[-2:] == ["--container-name", "prepared"]
+    check, launch = srun_lines(text)
+    assert check.endswith("sf-check prepared /opt/slurmfabric/slurmfabric.pyz || exit 2")
+    assert "python3 /opt/slurmfabric/slurmfabric.pyz launch" in launch
