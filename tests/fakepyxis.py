@@ -16,7 +16,8 @@ pyxis args.c) and nothing else:
   container per node and step (pyxis: the first task of a node creates it); the rootfs of a
   named one is kept under ``$FAKEPYXIS_STATE/<node>/pyxis_<NAME>`` (pyxis's default
   container_scope=global name) and reused, with what earlier steps wrote in it. Every
-  import is one line in ``$FAKEPYXIS_STATE/imports.log``.
+  import is one line in ``$FAKEPYXIS_STATE/imports.log``. Unnamed containers are left in
+  the state directory (a wrapper cannot tell when the step ends); the test's tmp_path goes.
 * ``--container-mounts=SRC[:DST[:FLAGS]],...``: bind mounts; FLAGS ``ro`` read-only.
 * ``--container-workdir=PATH``: the task's directory; without it the host's current
   directory, which must exist in the container (pyxis chdirs to the task's cwd).
