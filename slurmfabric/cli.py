@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "whatif": ("whatif", "step time of a training job against the fabric, and what one "
                "halved cable, slow GPU or GDR off costs"),
     "site": ("site", "cluster-wide hooks for every job: TaskProlog, cli_filter.lua, install"),
+    "zipapp": ("zipapp", "this slurmfabric as one file that container images run with their "
+               "own python3 (built once per version, path printed)"),
     "testbed": ("testbed", "start/stop a local multi-node Slurm cluster for tests and demos"),
 }
 

@@ -104,6 +104,14 @@ def main(argv: list[str]) -> int:
 
 def _print(final, kept, plan, binding, command, no_bind: bool, origin: str) -> None:
     out = [taskenv.render(final, kept, "export", plan).rstrip("\n")]
+    if "SLURMFABRIC_CONTAINER_ENV" in os.environ:
+        from slurmfabric.rank.container import image_env
+
+        for key, value in image_env(dict(os.environ)).items():
+            what = ("replaced by this node's plan" if key in final else
+                    "kept; set it in fabric.nccl or program.env to choose it")
+            out.append(f"# container: the image sets {key}={taskenv.quote(value)} and the "
+                       f"plan does not ({what})")
     if plan is not None:
         out.append(f"# fabric: type={plan.fabric_type} node={plan.fabric} ({plan.summary})")
         out.append(f"# plan: {origin}")

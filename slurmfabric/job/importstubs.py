@@ -55,6 +55,8 @@ def emulate(argv: list[str], env: dict[str, str]) -> int:
         return _mpirun(argv, env)
     if name == "torchrun":
         return _torchrun(argv, 1, _python_of(argv[0]), [], env)
+    if _PYTHON.match(name) and len(argv) > 1 and argv[1].endswith("slurmfabric.pyz"):
+        return _slurmfabric(["slurmfabric", *argv[2:]], env)  # a container job's zipapp
     if _PYTHON.match(name):
         at = _module_at(argv)
         if at is not None:
@@ -175,6 +177,8 @@ def _torchrun(argv: list[str], start: int, python: str, runner: list[str],
 def _slurmfabric(argv: list[str], env: dict[str, str]) -> int:
     if argv[1:2] == ["launch"] and "--" in argv:
         return emulate(argv[argv.index("--") + 1:], _nested(env, "slurmfabric"))
+    if argv[1:2] == ["zipapp"]:
+        print("/stub/slurmfabric.pyz")
     if argv[1:2] == ["env"]:
         print(f"export MASTER_ADDR=node1 MASTER_PORT=29500 RDZV_ID={env.get('SLURM_JOB_ID', '1')}")
     return 0

@@ -25,7 +25,7 @@ from slurmfabric import __version__
 from slurmfabric._common.textcheck import shell_word
 from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import ConfigError
-from slurmfabric.job import expansion, usercode
+from slurmfabric.job import expansion, usercode, zipapp
 from slurmfabric.job.options import (  # the #SBATCH lines: options.py
     component_sbatch_options,
     sbatch_options,
@@ -199,6 +199,94 @@ def nccl_exports(config: JobConfig) -> dict[str, str]:
     return job_env(config.fabric.type, config.fabric.nccl)
 
 
+# pyxis's srun options (https://github.com/NVIDIA/pyxis/wiki/Usage, `srun --help`): those
+# taking a value, and the flags.
+PYXIS_VALUE = frozenset({"container-image", "container-mounts", "container-workdir",
+                         "container-name", "container-save", "container-env",
+                         "container-unshare"})
+PYXIS_FLAG = frozenset({"container-mount-home", "no-container-mount-home",
+                        "container-remap-root", "no-container-remap-root",
+                        "container-entrypoint", "no-container-entrypoint",
+                        "container-entrypoint-log", "container-writable",
+                        "container-readonly"})
+
+
+def split_pyxis_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """(pyxis options of ``launcher.srun_args``, the other srun options), order kept; a
+    value given as the next word stays with its option."""
+    pyxis: list[str] = []
+    other: list[str] = []
+    i = 0
+    while i < len(args):
+        name = args[i][2:].split("=", 1)[0] if args[i].startswith("--") else ""
+        if name in PYXIS_FLAG or (name in PYXIS_VALUE and "=" in args[i]):
+            pyxis.append(args[i])
+        elif name in PYXIS_VALUE:
+            pyxis += args[i:i + 2]
+            i += 1
+        else:
+            other.append(args[i])
+        i += 1
+    return pyxis, other
+
+
+def container_env_names(config: JobConfig) -> list[str]:
+    """Every variable the script exports for the ranks, which pyxis must set over the
+    image's ENV (--container-env): the user's, the NCCL plan's, slurmfabric's own and the
+    job-level ones 'slurmfabric env' prints. program.env_prepend/env_append expand the
+    host's value, so they are left to the image (a PATH of the host would replace the
+    image's)."""
+    from slurmfabric.rank.env import MARKER, MARKER_JOB, RankEnv
+
+    program, launcher = config.program, config.launcher
+    job_level = RankEnv(scope="job", job_id="0", master_host="h", master_addr="a",
+                        master_port=1, rdzv_id="r", nnodes=1).variables()
+    names = {*program.env, *program.env_expand, *program.params, *nccl_exports(config),
+             *job_level, MARKER, MARKER_JOB, "SLURMFABRIC_FABRIC_TYPE",
+             "SLURMFABRIC_PORT_RANGE", "SLURMFABRIC_CONTAINER_ENV"}
+    if launcher.rendezvous.port:
+        names.add("SLURMFABRIC_PORT")
+    if launcher.resume.enabled:
+        names.update(("SLURMFABRIC_CHECKPOINT_DIR", "SLURMFABRIC_PROGRESS_DIR"))
+    names.update(flight_recorder(config))
+    if launcher.type == "torchrun" and "worker_fail" in launcher.resume.events:
+        names.add("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+    if launcher.type == "torchrun" and launcher.signal:
+        names.add("TORCHELASTIC_SIGNALS_TO_HANDLE")
+    return sorted(names)
+
+
+def _array_word(text: str) -> str:
+    """q(text), quoted even when plain if it holds a ',': in a bash array an unquoted ','
+    reads as a typo for a space (ShellCheck SC2054)."""
+    quoted = q(text)
+    return f"'{quoted}'" if "," in text and quoted[0] not in "'$" else quoted
+
+
+def container(config: JobConfig) -> Optional[dict[str, Any]]:
+    """The container options every srun step of the job shares (pyxis), or None."""
+    image = config.program.container_image
+    pyxis, other = split_pyxis_args(config.launcher.srun_args)
+    names = [value for option, value in zip(pyxis, [*pyxis[1:], ""])
+             if option.startswith("--container-name")
+             for value in [option.partition("=")[2] or value]]
+    if not image and not names:  # pyxis ignores the other container options then
+        return None
+    env = ",".join(container_env_names(config))
+    words = [_array_word(f"--container-image={image}")] if image else []
+    if not names:  # a job-scoped name: imported by the first step, reused by the next
+        words.append('--container-name="sf-$SLURM_JOB_ID"')
+    mounts = ",".join(config.program.container_mounts)
+    words.append('--container-mounts="$sf_pyz"' + _array_word(
+        f":{zipapp.CONTAINER_PATH}:ro" + (f",{mounts}" if mounts else "")))
+    words.append('--container-env="$SLURMFABRIC_CONTAINER_ENV"')
+    words += [_array_word(a) for a in pyxis]
+    # the check names the image, or the existing container a name-only job runs in
+    return {"image": Shell(q(image or names[0])), "words": Shell(" ".join(words)),
+            "env": Shell(q(env)),
+            "srun_args": Shell(qargs(other)), "pyz": Shell(q(zipapp.CONTAINER_PATH))}
+
+
 def checkpoint_dir(config: JobConfig) -> str:
     """Where the job's checkpoints live, as the config says (relative: to the workdir)."""
     return config.launcher.resume.checkpoint_dir or f"checkpoints/{config.job.name}"
@@ -237,6 +325,7 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
              rerender: Optional[str] = None) -> dict[str, Any]:
     ops = config.launcher.nccl_tests
     job_shape = shape(config)
+    the_container = container(config)
     binaries = [f"{op}_perf" if not ops.bin_dir else f"{ops.bin_dir.rstrip('/')}/{op}_perf"
                 for op in ops.ops]
     return {
@@ -246,6 +335,10 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "program": config.program,
         "fabric": config.fabric,
         "sf": node_bin(config, slurmfabric_bin),
+        "container": the_container,
+        # the ranks' slurmfabric: in a container, the mounted zipapp run by the image's python3
+        "sf_rank": Shell("python3 " + q(zipapp.CONTAINER_PATH)) if the_container
+        else q(node_bin(config, slurmfabric_bin)),
         "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
                             for arg in config.launcher.mpirun_args),
         "tasks_per_node": job_shape.tasks_per_node,

@@ -234,6 +234,9 @@ def _code_stamp(package: str | None = None) -> str:
     try:
         newest = max(os.stat(__file__).st_mtime_ns,
                      os.stat(os.path.join(package, "_common", "sysfs.py")).st_mtime_ns)
+    except NotADirectoryError:  # run from a zipapp (job/zipapp.py): one file holds the code
+        archive = os.path.dirname(package)
+        return f"{archive}:{os.stat(archive).st_mtime_ns}"
     except OSError:
         return f"{package}:unreadable:{os.getpid()}"
     for sub in ("plan", "topology"):

@@ -260,7 +260,12 @@ def build(
     if plan_source is not None:
         the_plan, origin = plan_source(rank_env, opts, env), "given"  # type: ignore[operator]
     else:
-        the_plan, origin = node_plan(rank_env, opts, env)
+        plan_env = env
+        if "SLURMFABRIC_CONTAINER_ENV" in env:  # in a job's container (rank/container.py)
+            from slurmfabric.rank.container import plan_view
+
+            plan_env = plan_view(env)
+        the_plan, origin = node_plan(rank_env, opts, plan_env)
     binding = None
     if the_plan is not None:
         for key, value in the_plan.nccl_env.items():  # the plan never overrides the user's

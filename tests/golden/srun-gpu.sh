@@ -31,17 +31,30 @@ export TORCH_NCCL_TRACE_BUFFER_SIZE="${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}"
 export TORCH_NCCL_DUMP_ON_TIMEOUT="${TORCH_NCCL_DUMP_ON_TIMEOUT:-1}"
 # Per job, in the job's directory (PyTorch creates no directory for this prefix).
 export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$PWD/nccl_trace_${SLURM_JOB_ID:-local}_rank_}"
-# slurmfabric runs every rank, so it must exist on every node: checked once, up front.
+# slurmfabric runs here, in the batch shell (the ranks run it in the image): checked up front.
 sf_bin=slurmfabric
 sf_check='type -P -- "$1" >/dev/null 2>&1 || { echo "slurmfabric: error: $1 not found on ${SLURMD_NODENAME:-$(hostname)}; install it there, or set launcher.slurmfabric (its path on the compute nodes) or launcher.slurmfabric_module" >&2; exit 2; }'
 bash -c "$sf_check" sf-check "$sf_bin" || exit 2
-srun --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image='nvcr.io#nvidia/pytorch:24.05-py3' \
-  bash -c "$sf_check" sf-check "$sf_bin" || exit 2
+# --- container (pyxis, https://github.com/NVIDIA/pyxis/wiki/Usage) ---
+# Each rank runs 'slurmfabric launch' in the image from one zipapp file of this slurmfabric
+# (standard library only) with the image's python3: the image needs python3, not
+# slurmfabric. The file is cached in a directory every node sees (docs/containers.md).
+sf_pyz="$(exec -- "$sf_bin" zipapp)" || exit $?
+# The names pyxis sets over the image's ENV ("by default ... their existing values in the
+# image take precedence"); 'slurmfabric launch --print' reports what the image sets besides.
+export SLURMFABRIC_CONTAINER_ENV=MASTER_ADDR,MASTER_PORT,NCCL_NET,NNODES,RDZV_ID,SLURMFABRIC_CONTAINER_ENV,SLURMFABRIC_ENV_JOB,SLURMFABRIC_ENV_SET,SLURMFABRIC_FABRIC_TYPE,SLURMFABRIC_PORT_RANGE,TORCH_NCCL_DEBUG_INFO_TEMP_FILE,TORCH_NCCL_DUMP_ON_TIMEOUT,TORCH_NCCL_TRACE_BUFFER_SIZE
+# Every step of the job uses these options, the node check too: one container per node,
+# named for the job, so the first step imports the image and later steps reuse it (pyxis
+# --container-name: "the existing container is used and the import is skipped").
+sf_container=('--container-image=nvcr.io#nvidia/pytorch:24.05-py3' --container-name="sf-$SLURM_JOB_ID" --container-mounts="$sf_pyz"':/opt/slurmfabric/slurmfabric.pyz:ro,/data:/data' --container-env="$SLURMFABRIC_CONTAINER_ENV")
+sf_image_check='command -v python3 >/dev/null 2>&1 || { echo "slurmfabric: error: the image $1 has no python3 on ${SLURMD_NODENAME:-$(hostname)}; slurmfabric runs every rank with the python3 of the image: use an image that has python3 (>= 3.9)" >&2; exit 2; }; python3 "$2" --version >/dev/null || { echo "slurmfabric: error: the python3 of the image $1 cannot run slurmfabric ($2) on ${SLURMD_NODENAME:-$(hostname)}" >&2; exit 2; }'
+srun --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 "${sf_container[@]}" \
+  sh -c "$sf_image_check" sf-check 'nvcr.io#nvidia/pytorch:24.05-py3' /opt/slurmfabric/slurmfabric.pyz || exit 2
 # Job-level values (MASTER_ADDR, a MASTER_PORT checked free on this first node, rendezvous
 # id) are computed here; per-rank values are set by 'slurmfabric launch' in each rank.
 slurmfabric_job_env="$(exec -- "$sf_bin" env)" || exit $?
 eval "$slurmfabric_job_env"
 
 # --- launch (srun) ---
-srun --nodes="$SLURM_NNODES" --ntasks-per-node=8 --kill-on-bad-exit=1 --cpus-per-task=12 --container-image='nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/data:/data \
-  slurmfabric launch --mode srun -- python train.py --name 'run 1'
+srun --nodes="$SLURM_NNODES" --ntasks-per-node=8 --kill-on-bad-exit=1 --cpus-per-task=12 "${sf_container[@]}" \
+  python3 /opt/slurmfabric/slurmfabric.pyz launch --mode srun -- python train.py --name 'run 1'

@@ -108,16 +108,22 @@ STUB_RECORD = 'printf "%s\\0" "STUB:$STUB_NAME" "$@" >> "$REC"; printf "\\1\\0" 
 STUBS = {
     # srun / mpirun / torchrun: record, then run what follows their options (the agent's bash,
     # or slurmfabric: its path is STUB_SF), like the real launchers would.
-    "srun": ('for ((i = 1; i <= $#; i++)); do a=${!i}; if [ "$a" = bash ] || '
-             '[ "$a" = "$STUB_SF" ] || [ "${a##*/}" = probe ]; then exec "${@:i}"; fi; done; '
-             'exit 97'),
+    # In a container job the node check is 'sh -c' and the ranks run 'python3 ZIPAPP'.
+    "srun": ('for ((i = 1; i <= $#; i++)); do a=${!i}; if [ "$a" = bash ] || [ "$a" = sh ] '
+             '|| [ "$a" = python3 ] || [ "$a" = "$STUB_SF" ] || [ "${a##*/}" = probe ]; then '
+             'exec "${@:i}"; fi; done; exit 97'),
     "mpirun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ]; then '
                'exec "${@:i}"; fi; done; exit 97'),
-    "torchrun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ]; then '
-                 'exec "${@:i}"; fi; done; exit 97'),
+    "torchrun": ('for ((i = 1; i <= $#; i++)); do if [ "${!i}" = "$STUB_SF" ] || '
+                 '[ "${!i}" = python3 ]; then exec "${@:i}"; fi; done; exit 97'),
+    # the image's python3 running the slurmfabric zipapp (docs/containers.md)
+    "python3": ('if [ "${1##*/}" = slurmfabric.pyz ]; then shift; exec "$STUB_SF" "$@"; fi; '
+                'exit 97'),
     "module": "exit 0",
     # slurmfabric: env is the real one; launch execs what follows its "--"
     "slurmfabric": ('if [ "$1" = env ]; then exec "$STUB_PY" -m slurmfabric "$@"; fi\n'
+                    'if [ "$1" = zipapp ]; then echo /stub/slurmfabric.pyz; exit 0; fi\n'
+                    'if [ "$1" = --version ]; then exit 0; fi\n'
                     'while [ "$#" -gt 0 ] && [ "$1" != -- ]; do shift; done; shift; '
                     'exec "$@"'),
     # the program: its argv, cwd and environment, NUL-separated
@@ -432,8 +438,11 @@ def _run(case: Case, stubs: Path, config: object) -> list[str]:
     if case.field == "program.container_image" and not any(
             f"--container-image={value}" in r for r in srun_calls):
         wrong.append("srun never got --container-image=<value> as one argument")
+    # in a container job the slurmfabric zipapp's mount comes first (docs/containers.md)
+    zipapp = "/stub/slurmfabric.pyz:/opt/slurmfabric/slurmfabric.pyz:ro,"
     if case.field == "program.container_mounts[]" and not any(
-            f"--container-mounts={value[0]}" in r for r in srun_calls):
+            f"--container-mounts={first}{value[0]}" in r for r in srun_calls
+            for first in ("", zipapp)):
         wrong.append("srun never got --container-mounts=<value> as one argument")
     expected = ["#SBATCH " + o for o in sbatch_options(cfg)]  # type: ignore[arg-type]
     expected += ["#SBATCH " + comment(o) for o in cfg.job.extra_sbatch]  # type: ignore

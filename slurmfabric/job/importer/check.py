@@ -196,8 +196,28 @@ def _env(call: dict[str, Any], base: dict[str, str], skip: frozenset[str]) -> di
 
 
 def _srun_options(call: dict[str, Any]) -> list[str]:
-    return sorted(o for o in call.get("options", []) if not o.startswith(_SRUN_OWN)
-                  and o not in ("-K", "-K1"))
+    kept = (_without_own_container(o) for o in call.get("options", [])
+            if not o.startswith(_SRUN_OWN) and o not in ("-K", "-K1")
+            and not _own_container_option(o))
+    return sorted(o for o in kept if o != "--container-mounts=")
+
+
+def _own_container_option(option: str) -> bool:
+    """pyxis options a rendered container job adds (job/render.py ``container``): the
+    job-scoped name and the plan's --container-env."""
+    return (option.startswith("--container-name=sf-") or
+            (option.startswith("--container-env=") and "SLURMFABRIC_CONTAINER_ENV" in option))
+
+
+def _without_own_container(option: str) -> str:
+    """--container-mounts without the slurmfabric zipapp's mount."""
+    if not option.startswith("--container-mounts="):
+        return option
+    from slurmfabric.job.zipapp import CONTAINER_PATH
+
+    mounts = [m for m in option.split("=", 1)[1].split(",")
+              if not m.endswith(f":{CONTAINER_PATH}:ro")]
+    return "--container-mounts=" + ",".join(mounts)
 
 
 def _torchrun_options(call: dict[str, Any]) -> dict[str, str]:
