@@ -139,6 +139,8 @@ def main(argv: list[str]) -> int:
         if args.part != "script":
             raise UsageError("--part is for sbatch scripts; a manifest is one document")
         text = k8smanifest.to_yaml(k8smanifest.build(config, args.target))
+        for line in k8smanifest.warnings(config):
+            print(f"slurmfabric: warning: {line}", file=sys.stderr)
         if args.output:
             Path(args.output).write_text(text)
             print(f"wrote {args.output}", file=sys.stderr)

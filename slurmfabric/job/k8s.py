@@ -587,6 +587,19 @@ def _check_launcher(config: Any, target: str) -> None:
             "mpirun)")
 
 
+def warnings(config: Any) -> list[str]:
+    """What the manifest renders but cannot carry as the sbatch script would: said, not
+    refused, where refusing would stop a config that is otherwise fine for a pod."""
+    if config.launcher.signal:
+        return [f"launcher.signal ({config.launcher.signal}, {config.launcher.signal_seconds} s "
+                "before the time limit) is not carried to Kubernetes: a pod stopped at its "
+                "activeDeadlineSeconds gets SIGTERM, then SIGKILL after "
+                "terminationGracePeriodSeconds (https://kubernetes.io/docs/concepts/workloads/"
+                "pods/pod-lifecycle/#pod-termination); checkpoint on SIGTERM or leave "
+                "job.time unset"]
+    return []
+
+
 def build(config: Any, target: str) -> dict:
     if target not in BUILDERS:
         raise UsageError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
