@@ -17,7 +17,7 @@ import json
 import shutil
 import subprocess
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from slurmfabric.config.launchrules import CODE_FIELDS, mpirun_maps
 from slurmfabric.errors import ConfigError
@@ -89,14 +89,18 @@ def launch_options(config: Any) -> str:
     return "".join(" " + opt for opt in opts)
 
 
-def step_line(step: Any, q: Callable[[Any], str], groups: int = 0) -> str:
+def step_line(step: Any, q: Callable[[Any], str], groups: int = 0,
+              job_image: Optional[str] = None) -> str:
     """One ``[[steps]]`` entry as srun line(s). The task count is explicit: srun in a batch
     job reads SLURM_NTASKS (the job's) from the environment otherwise (srun(1), INPUT
     ENVIRONMENT VARIABLES). In a heterogeneous job (``groups`` extra components) a step
     over every node runs once per component (``srun --het-group=N``, one after the other),
     each with that component's node count, since $SLURM_NNODES is component 0's alone
     (https://slurm.schedmd.com/heterogeneous_jobs.html); a step with ``nodes`` runs in
-    component 0, srun's default group."""
+    component 0, srun's default group. A step in the job's own image (``job_image``) with
+    no container options of its own runs in the job's named container (the script's
+    ``sf_container``): pyxis skips the import when a container of that name exists
+    (https://github.com/NVIDIA/pyxis/wiki/Usage), and the plan's variables win there too."""
     per_node = step.ntasks_per_node or 1
     if step.nodes is not None:
         layouts = [f"--nodes={step.nodes} --ntasks={step.nodes * per_node} "
@@ -111,7 +115,10 @@ def step_line(step: Any, q: Callable[[Any], str], groups: int = 0) -> str:
     lines = []
     for layout in layouts:
         words = [f"srun --job-name={q(step.name)}", layout, "--kill-on-bad-exit=1"]
-        if step.container_image:
+        if step.container_image and step.container_image == job_image and not any(
+                arg.startswith("--container") for arg in step.srun_args):
+            words.append('"${sf_container[@]}"')
+        elif step.container_image:
             words.append(f"--container-image={q(step.container_image)}")
         words += [q(arg) for arg in step.srun_args]
         lines.append(" ".join(words) + " \\\n  " + " ".join(q(arg) for arg in step.command))
@@ -142,10 +149,10 @@ def context(config: Any, q: Callable[[Any], str]) -> dict[str, Any]:
         "srun_binds": any(arg.startswith("--cpu-bind") for arg in config.launcher.srun_args),
         "program_argv": expansion.program_argv(program, q),
         "params": param_lines(program.params, q),
-        "steps_before": [(s.name, step_line(s, q, groups)) for s in config.steps
-                         if s.when == "before"],
-        "steps_after": [(s.name, step_line(s, q, groups)) for s in config.steps
-                        if s.when == "after"],
+        "steps_before": [(s.name, step_line(s, q, groups, program.container_image))
+                         for s in config.steps if s.when == "before"],
+        "steps_after": [(s.name, step_line(s, q, groups, program.container_image))
+                        for s in config.steps if s.when == "after"],
         # the launch runs in a subshell when anything follows it (an 'exec' inside stays there)
         "wrap_launch": bool(program.teardown) or any(s.when == "after" for s in config.steps),
     }

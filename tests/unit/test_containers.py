@@ -241,3 +241,23 @@ def test_a_named_container_without_an_image_is_a_container_job() -> None:
     check, launch = srun_lines(text)
     assert check.endswith("sf-check prepared /opt/slurmfabric/slurmfabric.pyz || exit 2")
     assert "python3 /opt/slurmfabric/slurmfabric.pyz launch" in launch
+
+
+def test_a_step_in_the_jobs_image_reuses_the_jobs_container() -> None:
+    """[[steps]] in the job's image run in the job's named container (imported once per
+    node, the plan's --container-env); another image, or container options of the step's
+    own, keep the step's --container-image."""
+    text = script(f'steps=[{{name = "prep", command = ["python3", "prep.py"], '
+                  f'container_image = "{IMAGE}"}}, {{name = "other", command = ["probe"], '
+                  f'container_image = "other#img"}}, {{name = "own", command = ["probe"], '
+                  f'container_image = "{IMAGE}", srun_args = ["--container-mounts=/x:/x"]}}]')
+    lines = {name: srun for srun in srun_lines(text)
+             for name in ("prep", "other", "own") if f"--job-name={name} " in srun}
+    assert '"${sf_container[@]}"' in lines["prep"]
+    assert "--container-image" not in lines["prep"].replace('"${sf_container[@]}"', "")
+    assert "--container-image='other#img'" in lines["other"]
+    assert '"${sf_container[@]}"' not in lines["other"]
+    assert f"--container-image='{IMAGE}'" in lines["own"] and "--container-mounts=/x:/x" \
+        in lines["own"]
+    # the array exists before the step that uses it
+    assert text.index("sf_container=(") < text.index("--job-name=prep")
