@@ -126,3 +126,15 @@ class Cluster:
     def restore_node(self, name: str, timeout: float = 90) -> None:
         """Start the node's slurmd again; ReturnToService=2 brings it back idle."""
         self.testbed.up(timeout=timeout, log=lambda msg: None)
+
+
+def expected_w(steps: int) -> str:
+    """The final parameter of an uninterrupted examples/train_resume.py run of ``steps``
+    steps (hex), which every resumed or restarted run must end with."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "train_resume.py"
+    spec = importlib.util.spec_from_file_location("train_resume", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.expected_w(steps).hex()

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed_cluster import Cluster
+from testbed_cluster import Cluster, expected_w
 
 from slurmfabric.restart import events
 from slurmfabric.restart.follow import wait_run
@@ -41,15 +41,6 @@ REPO = Path(__file__).resolve().parents[2]
 HANG = 15  # launcher.resume.hang_timeout of these jobs
 WAIT = 420
 
-
-def expected_w(steps: int) -> str:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_resume",
-                                                  REPO / "examples" / "train_resume.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.expected_w(steps).hex()
 
 
 def submit(cluster: Cluster, work: Path, name: str, *sets: str) -> str:

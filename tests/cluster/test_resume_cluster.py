@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed_cluster import Cluster
+from testbed_cluster import Cluster, expected_w
 
 from slurmfabric.restart import events
 from slurmfabric.restart.report import history
@@ -34,15 +34,6 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 900  # runs with requeues: each requeue waits cred_expire (30 s here) in BeginTime
 
-
-def expected_w(steps: int) -> str:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_resume",
-                                                  REPO / "examples" / "train_resume.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.expected_w(steps).hex()
 
 
 @pytest.fixture
