@@ -103,6 +103,9 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric whatif --model llama3-70b --nodes 16 --gpus-per-node 8 --fabric ib"
     " --port-rate 400 --halve-cable gpu007 --overlap 0 --sweep --svg whatif.svg":
         "tests/unit/test_whatif.py::test_the_command_prints_the_table_the_faults_and_an_svg",
+    "slurmfabric whatif --model llama3-70b --nodes 16 --overlap 0 --halve-cable gpu007"
+    " --price-per-gpu-hour 2.5":
+        "tests/unit/test_whatif.py::test_money_per_step_per_useful_flop_and_a_fault_per_day",
     "slurmfabric whatif --params 1e9 --nodes 4 --gpus-per-node 1 --fabric tcp"
     " --frontend-rate 10 --sweep":
         "tests/unit/test_whatif.py::test_the_testbed_shape_sweeps_over_tcp",
