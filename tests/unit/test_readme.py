@@ -132,6 +132,8 @@ ELSEWHERE: dict[str, str] = {
         "tests/cluster/test_jobs_cluster.py::test_cancel_then_wait_says_cancelled",
     "slurmfabric health versions /shared/slurmfabric/versions":
         "tests/unit/test_health_versions.py::test_versions_command_prints_the_odd_nodes",
+    "slurmfabric ib routes --nodes 'gpu[001-128]'":
+        "tests/sim/test_ibroutes_sim.py::test_programmed_detours_and_a_lopsided_leaf_are_named",
     "slurmfabric ib links --node gpu017":
         "tests/sim/test_ibaudit_sim.py::test_links_for_one_node_and_local_ibstat",
 }
