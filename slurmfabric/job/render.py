@@ -199,6 +199,25 @@ def nccl_exports(config: JobConfig) -> dict[str, str]:
     return job_env(config.fabric.type, config.fabric.nccl)
 
 
+def nccl_advice(config: JobConfig) -> list[str]:
+    """The script's comment lines on the NCCL settings that matter at this job's fabric and
+    scale (plan/scale.py); they explain, the exports decide."""
+    from slurmfabric.job.options import total_nodes
+    from slurmfabric.plan import scale
+
+    return [a.line() for a in scale.advice(config.fabric.type, total_nodes(config),
+                                           nccl_exports(config))]
+
+
+def nccl_warnings(config: JobConfig) -> list[str]:
+    """fabric.nccl values that contradict NCCL's rules or fabric.type (render warns)."""
+    from slurmfabric.job.options import total_nodes
+    from slurmfabric.plan import scale
+
+    return scale.warnings(config.fabric.type, total_nodes(config), config.fabric.nccl,
+                          where="fabric.nccl.")
+
+
 # pyxis's srun options (https://github.com/NVIDIA/pyxis/wiki/Usage, `srun --help`): those
 # taking a value, and the flags.
 PYXIS_VALUE = frozenset({"container-image", "container-mounts", "container-workdir",
@@ -346,6 +365,7 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "workers_per_node": job_shape.workers_per_node,
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
         "nccl_exports": nccl_exports(config),
+        "nccl_advice": nccl_advice(config),
         "nccl_tests_binaries": binaries,
         "sbatch_options": sbatch_options(config),
         "component_sbatch_options": component_sbatch_options(config),

@@ -15,6 +15,9 @@ set -euo pipefail
 
 # --- environment ---
 export OMPI_MCA_btl=self,tcp
+# NCCL settings for this fabric and node count (slurmfabric/plan/scale.py; what each does,
+# when it helps, the value here, the source). They explain; the exports below decide.
+#   NCCL_IB_TIMEOUT (NCCL's default): each send waits 4.096 us x 2^N for its ACK before a retry (20: 4.3 s, x 7 retries); raise it (22: 17 s a try) only where collectives fail with ibv_poll_cq error 12 on a large or congested fabric; here: the default 20 at 2 node(s) [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; NCCL src/transport/net_ib (NCCL_PARAM defaults)]
 # Read by 'slurmfabric env/launch' on every node (plan/contract.py: one meaning per type).
 export SLURMFABRIC_FABRIC_TYPE=auto
 export SLURMFABRIC_PORT_RANGE=20000-29999

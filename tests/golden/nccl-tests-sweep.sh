@@ -19,6 +19,9 @@
 set -euo pipefail
 
 # --- environment ---
+# NCCL settings for this fabric and node count (slurmfabric/plan/scale.py; what each does,
+# when it helps, the value here, the source). They explain; the exports below decide.
+#   NCCL_IB_TIMEOUT (NCCL's default): each send waits 4.096 us x 2^N for its ACK before a retry (20: 4.3 s, x 7 retries); raise it (22: 17 s a try) only where collectives fail with ibv_poll_cq error 12 on a large or congested fabric; here: the default 20 at 2 node(s) [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; NCCL src/transport/net_ib (NCCL_PARAM defaults)]
 # NCCL settings from fabric.type and fabric.nccl (explicit ones win); the per-node
 # values that 'slurmfabric env/launch' add never override a variable already set.
 export NCCL_DEBUG=INFO

@@ -22,6 +22,10 @@ set -euo pipefail
 # --- environment ---
 export OMP_NUM_THREADS=1
 export TRAIN_STEPS=300
+# NCCL settings for this fabric and node count (slurmfabric/plan/scale.py; what each does,
+# when it helps, the value here, the source). They explain; the exports below decide.
+#   NCCL_SOCKET_NTHREADS (NCCL's default): socket threads x sockets per thread per connection; more streams fill a fast Ethernet link; here: 4 on 100 Gb/s and faster (4 x 4 = 16 sockets) [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html]
+#   NCCL_NSOCKS_PERTHREAD (NCCL's default): socket threads x sockets per thread per connection; more streams fill a fast Ethernet link; here: 4 on 100 Gb/s and faster (4 x 4 = 16 sockets) [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html]
 # NCCL settings from fabric.type and fabric.nccl (explicit ones win); the per-node
 # values that 'slurmfabric env/launch' add never override a variable already set.
 export NCCL_IB_DISABLE=1

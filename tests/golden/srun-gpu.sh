@@ -17,6 +17,10 @@
 set -euo pipefail
 
 # --- environment ---
+# NCCL settings for this fabric and node count (slurmfabric/plan/scale.py; what each does,
+# when it helps, the value here, the source). They explain; the exports below decide.
+#   NCCL_IB_TIMEOUT (NCCL's default): each send waits 4.096 us x 2^N for its ACK before a retry (20: 4.3 s, x 7 retries); raise it (22: 17 s a try) only where collectives fail with ibv_poll_cq error 12 on a large or congested fabric; here: the default 20 at 4 node(s) [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; NCCL src/transport/net_ib (NCCL_PARAM defaults)]
+#   NCCL_IB_QPS_PER_CONNECTION (NCCL's default): queue pairs per connection; ECMP hashes each QP onto one path; more than 1 spreads a connection over the spines of a multi-level Ethernet fabric; InfiniBand's adaptive routing spreads one QP already; here: 4 where the nodes span more than one leaf [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html]
 # NCCL settings from fabric.type and fabric.nccl (explicit ones win); the per-node
 # values that 'slurmfabric env/launch' add never override a variable already set.
 export NCCL_NET=IB
