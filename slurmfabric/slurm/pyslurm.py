@@ -100,14 +100,29 @@ def unsupported(fields: Mapping[str, Any], version: Optional[str]) -> dict[str, 
     return out
 
 
-def _description_class(pyslurm: Any) -> type:
-    """JobSubmitDescription without the defaults sbatch does not have.
+def sbatch_counts(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The task and CPU counts sbatch derives and sends, as JobSubmitDescription attributes.
 
-    pyslurm's ``_set_defaults`` sets ntasks=1 and cpus_per_task=1 when unset (sbatch sends
-    neither; slurmctld derives the tasks from nodes and tasks per node) and its
-    ``_set_min_cpus`` then sends their product as the job's minimum CPU count. Both are
-    plain Python-level methods of the class in every release line (v22.5.3, v24.11.0,
-    v25.11), so a subclass keeps sbatch's "not given" for all three."""
+    sbatch (src/sbatch/opt.c, src/common/slurm_opt.c; Slurm 22.05 to 25.11) sends ntasks
+    only when given or derived (--ntasks-per-node on a fixed node count: nodes x tasks per
+    node), cpus_per_task only when given, and the job's minimum CPU count as ntasks x
+    cpus_per_task when -c is given, else ntasks (1 when unset). pyslurm sends that minimum
+    from ``min_cpus_per_node`` (v22.5.3, v24.11.0 core/job/submission.pyx _set_min_cpus:
+    ``ptr.min_cpus``), else from its own ntasks=1 x cpus_per_task=1 defaults."""
+    out: dict[str, Any] = {}
+    ntasks, nodes, per_node = (fields.get(k) for k in ("ntasks", "nodes", "ntasks_per_node"))
+    if ntasks is None and per_node and nodes and "-" not in str(nodes):
+        ntasks = out["ntasks"] = int(nodes) * int(per_node)
+    cpus = fields.get("cpus_per_task")
+    out["min_cpus_per_node"] = (ntasks or 1) * (int(cpus) if cpus else 1)
+    return out
+
+
+def _description_class(pyslurm: Any) -> type:
+    """JobSubmitDescription without the defaults sbatch does not have: pyslurm's
+    ``_set_defaults`` sets ntasks=1 and cpus_per_task=1 when unset (sbatch sends neither).
+    It is a plain Python-level method of the class in every release line (v22.5.3, v24.11.0,
+    v25.11), so a subclass keeps sbatch's "not given"."""
 
     class SbatchLikeDescription(pyslurm.JobSubmitDescription):  # type: ignore[misc, name-defined]
         def _set_defaults(self) -> None:
@@ -115,9 +130,6 @@ def _description_class(pyslurm: Any) -> type:
                 self.working_directory = os.getcwd()
             if not self.environment:
                 self.environment = "ALL"  # sbatch's default --export=ALL
-
-        def _set_min_cpus(self) -> None:
-            """Left unset, as sbatch leaves it when no --mincpus is given."""
 
     return SbatchLikeDescription
 
@@ -136,7 +148,8 @@ def submit(fields: Mapping[str, Any], script: str) -> int:
         handle.write(script)
         handle.flush()
         try:
-            description = _description_class(pyslurm)(script=handle.name, **fields)
+            description = _description_class(pyslurm)(script=handle.name, **fields,
+                                                      **sbatch_counts(fields))
             return int(description.submit())
         except pyslurm.RPCError as exc:  # Slurm's own text, verbatim
             raise SubmitError(f"pyslurm submit failed: {exc}") from None

@@ -137,6 +137,8 @@ def test_pyslurm_backend_submits_documented_fields(config, fake_pyslurm) -> None
         "partitions": "debug", "time_limit": "10", "gres_per_node": "gpu:8",
         "resource_sharing": "exclusive", "signal": "SIGUSR1@120", "is_requeueable": False,
         "working_directory": "/work", "environment": "ALL",
+        # sbatch's own counts: 2 nodes x 8 tasks; the minimum CPUs, one per task (no -c)
+        "ntasks": 16, "min_cpus_per_node": 16,
     }
 
 
@@ -198,7 +200,8 @@ def test_pyslurm_mismatch_on_the_command_line(fake_pyslurm, tmp_path) -> None:
     fields = json.loads(record.read_text())
     assert (fields["is_requeueable"], fields["signal"], fields["log_files_open_mode"]) == (
         True, "B:SIGUSR2@60", "append")
-    assert "ntasks" not in fields and "cpus_per_task" in fields  # the config's own, 2
+    # sbatch's counts (2 nodes x 1 torchrun task, 2 CPUs each), not pyslurm's 1 and 1
+    assert (fields["ntasks"], fields["cpus_per_task"], fields["min_cpus_per_node"]) == (2, 2, 4)
 
 
 def test_pyslurm_absent_says_what_to_install(config, monkeypatch) -> None:
@@ -207,6 +210,20 @@ def test_pyslurm_absent_says_what_to_install(config, monkeypatch) -> None:
         submit(build_request(config, backend="pyslurm"))
     assert str(info.value) == "pyslurm is not installed"
     assert "tag of this Slurm's release line" in info.value.hint
+
+
+@pytest.mark.parametrize(("fields", "counts"), [
+    ({"nodes": 2, "ntasks_per_node": 8}, {"ntasks": 16, "min_cpus_per_node": 16}),
+    ({"nodes": 2, "ntasks_per_node": 1, "cpus_per_task": 96},
+     {"ntasks": 2, "min_cpus_per_node": 192}),
+    ({"nodes": "2-4", "ntasks_per_node": 2}, {"min_cpus_per_node": 1}),  # no fixed count
+    ({"nodes": 3}, {"min_cpus_per_node": 1}),
+    ({"nodes": 2, "ntasks": 5, "cpus_per_task": 3}, {"min_cpus_per_node": 15}),
+])
+def test_sbatch_counts(fields, counts) -> None:
+    """sbatch's derived ntasks and minimum CPU count (the cluster test checks them against
+    sbatch's job on the testbed)."""
+    assert slurm_pyslurm.sbatch_counts(fields) == counts
 
 
 def test_what_pyslurm_cannot_send_is_refused_naming_the_field() -> None:
