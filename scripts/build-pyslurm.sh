@@ -44,7 +44,7 @@ fi
 pytag="$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/slurmfabric/pyslurm/$want-slurm$slurm-$pytag"
 if ! ls "$cache"/pyslurm-*.whl >/dev/null 2>&1; then
-  echo "== building pyslurm $want against libslurm $slurm (cold: a few minutes)"
+  echo "== building pyslurm $want against libslurm $slurm (cold: about 12 minutes on 2 busy cores)"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   vendored="$SF_ROOT/../shared/vendor/pyslurm-$want.tar.gz"

@@ -103,10 +103,11 @@ def unsupported(fields: Mapping[str, Any], version: Optional[str]) -> dict[str, 
 def sbatch_counts(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The task and CPU counts sbatch derives and sends, as JobSubmitDescription attributes.
 
-    sbatch (src/sbatch/opt.c, src/common/slurm_opt.c; Slurm 22.05 to 25.11) sends ntasks
-    only when given or derived (--ntasks-per-node on a fixed node count: nodes x tasks per
-    node), cpus_per_task only when given, and the job's minimum CPU count as ntasks x
-    cpus_per_task when -c is given, else ntasks (1 when unset). pyslurm sends that minimum
+    sbatch (src/sbatch/opt.c _opt_verify, src/common/slurm_opt.c slurm_opt_create_job_desc)
+    sends ntasks only when given or derived (--ntasks-per-node on a fixed node count: nodes x
+    tasks per node), cpus_per_task only when given, and the job's minimum CPU count as
+    ntasks x cpus_per_task when -c is given, else ntasks (1 when unset); the cluster test
+    holds this against sbatch's job on the testbed's Slurm. pyslurm sends that minimum
     from ``min_cpus_per_node`` (v22.5.3, v24.11.0 core/job/submission.pyx _set_min_cpus:
     ``ptr.min_cpus``), else from its own ntasks=1 x cpus_per_task=1 defaults."""
     out: dict[str, Any] = {}
