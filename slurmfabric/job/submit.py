@@ -64,7 +64,8 @@ class SubmitRequest:
         if self.workdir:
             lines.append(f"# workdir: {self.workdir}")
         if self.backend == "pyslurm" and not self.test_only:
-            lines.append(f"# fields: {self.pyslurm_fields!r}")
+            sent = {**self.pyslurm_fields, **slurm_pyslurm.sbatch_counts(self.pyslurm_fields)}
+            lines.append(f"# fields: {sent!r}")
             lines.append(f"# command: {self.command()[0]}")
         else:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.params.items()))

@@ -149,8 +149,8 @@ def submit(fields: Mapping[str, Any], script: str) -> int:
         handle.write(script)
         handle.flush()
         try:
-            description = _description_class(pyslurm)(script=handle.name, **fields,
-                                                      **sbatch_counts(fields))
+            sent = {**fields, **sbatch_counts(fields)}  # what the dry run prints
+            description = _description_class(pyslurm)(script=handle.name, **sent)
             return int(description.submit())
         except pyslurm.RPCError as exc:  # Slurm's own text, verbatim
             raise SubmitError(f"pyslurm submit failed: {exc}") from None

@@ -4,6 +4,7 @@ only the JobSubmitDescription names recorded from the real pyslurm 25.11.2 sdist
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -126,11 +127,15 @@ def fake_pyslurm(monkeypatch, tmp_path):
 
 def test_pyslurm_backend_submits_documented_fields(config, fake_pyslurm) -> None:
     """The table's fields, the script itself, and none of pyslurm's own defaults that sbatch
-    lacks (ntasks=1, cpus_per_task=1): the job slurmctld gets is sbatch's."""
+    lacks (ntasks=1, cpus_per_task=1): the job slurmctld gets is sbatch's. The dry run
+    prints the fields sent."""
     record = fake_pyslurm()
     request = build_request(config, backend="pyslurm", workdir="/work")
     assert submit(request) == "4242"
     fields = json.loads(record.read_text())
+    printed = request.describe().split("# fields: ", 1)[1].split("\n", 1)[0]
+    assert ast.literal_eval(printed) == {k: v for k, v in fields.items()
+                                         if k not in ("script", "environment")}
     assert set(fields) <= RECORDED_NAMES
     assert fields == {
         "script": request.script, "name": "slurmfabric", "nodes": 2, "ntasks_per_node": 8,
