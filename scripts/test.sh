@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/slurmfabric-pycache-$(id -u)}"
 # shellcheck source=scripts/setup-env.sh
-. scripts/setup-env.sh "shellcheck bubblewrap openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1 chromium fonts-dejavu-core" "test,nvml,diagnose"
+. scripts/setup-env.sh "shellcheck bubblewrap openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1 chromium fonts-dejavu-core libslurm-dev gcc python3-dev" "test,nvml,diagnose"
+# The real pyslurm for the installed Slurm (GPL, optional, never vendored here): built once
+# into the venv from the tag of its release line, cached outside the checkout.
+bash scripts/build-pyslurm.sh
 
 echo "== ruff check"
 ruff check --no-cache slurmfabric tests benchmarks examples
