@@ -134,9 +134,24 @@ def torchrun_args_problems(args: list[str], resume_restarts: bool) -> list[str]:
 
 def torchrun_problems(launcher: Any, program: Any) -> list[str]:
     """launcher.torchrun_args and program.command against the launcher."""
+    per_node = launcher.per_node
+    if per_node.kind is None and (per_node.command or per_node.args):
+        return ["launcher.per_node: command/args without kind; accepted: kind = "
+                "\"accelerate\" or \"torchrun\""]
     if launcher.type != "torchrun":
         return ([f"launcher.torchrun_args: only used by torchrun, not {launcher.type}; "
-                 "accepted: unset"] if launcher.torchrun_args else [])
+                 "accepted: unset"] if launcher.torchrun_args else []) + (
+            [f"launcher.per_node: a per-node launcher runs in torchrun's place, not "
+             f"{launcher.type}'s; accepted: launcher.type = \"torchrun\""]
+            if per_node.kind else [])
+    if per_node.kind:
+        out = ["launcher.torchrun_args: torchrun does not run with launcher.per_node; "
+               "accepted: the launcher's own options in launcher.per_node.args"] \
+            if launcher.torchrun_args else []
+        if "worker_fail" in launcher.resume.events:
+            out.append("launcher.resume.events: worker_fail restarts torchrun's workers; a "
+                       "per-node launcher has no such option here; accepted: other events")
+        return out
     restarts = "worker_fail" in launcher.resume.events
     return [*torchrun_args_problems(launcher.torchrun_args, restarts),
             *torchrun_command_problems(launcher, program)]

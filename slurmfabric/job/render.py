@@ -321,6 +321,27 @@ def flight_recorder(config: JobConfig) -> list[str]:
     return [name for name in FLIGHT_RECORDER if name not in own]
 
 
+def per_node_exec(config: JobConfig, workers_per_node: int) -> str:
+    """The bash code that execs a per-node launcher (``"${@:2:$1}"``, its ``$1`` words) with
+    what slurmfabric supplies on this node, then the rest (its options, the program).
+    NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT come from 'slurmfabric launch --mode
+    torchrun' in this one-task-per-node step (rank/env.py, node scope). Option names:
+    accelerate launch (https://huggingface.co/docs/accelerate/package_reference/cli,
+    "accelerate launch": --num_machines, --machine_rank, --main_process_ip,
+    --main_process_port, --num_processes, the total) and torchrun (torch/distributed/run.py:
+    --nnodes, --node_rank, --master_addr, --master_port, --nproc_per_node; a wrapper such
+    as 'tune run' passes them on)."""
+    w = workers_per_node
+    supplied = {
+        "accelerate": ('--num_machines "$NNODES" --machine_rank "$NODE_RANK" '
+                       '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" '
+                       f'--num_processes "$((NNODES * {w}))"'),
+        "torchrun": ('--nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" '
+                     f'--master_port "$MASTER_PORT" --nproc_per_node {w}'),
+    }[config.launcher.per_node.kind or "torchrun"]
+    return f'exec "${{@:2:$1}}" {supplied} "${{@:$1+2}}"'
+
+
 def _context(config: JobConfig, slurmfabric_bin: Optional[str],
              rerender: Optional[str] = None) -> dict[str, Any]:
     ops = config.launcher.nccl_tests
@@ -344,6 +365,9 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "tasks_per_node": job_shape.tasks_per_node,
         **_layout(config, job_shape.tasks_per_node),
         "workers_per_node": job_shape.workers_per_node,
+        "per_node_exec": per_node_exec(config, job_shape.workers_per_node),
+        "per_node_opts": Shell(" --no-bind" * config.launcher.bind
+                               + usercode.launch_options(config)),
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
         "nccl_exports": nccl_exports(config),
         "nccl_tests_binaries": binaries,

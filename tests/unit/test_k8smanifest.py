@@ -653,6 +653,8 @@ REFUSED = [
     ("launcher.srun_args", ['launcher.srun_args=["--container-env=NCCL_IB_HCA"]'],
      "program.env"),
     ("launcher.resume.events", ["@resume-cpu.toml"], "restartPolicy"),
+    ("launcher.per_node.kind", ["launcher.per_node.kind=accelerate"],
+     "drop [launcher.per_node]"),
     ("program.env_prepend", ["program.env_prepend.PATH=/opt/bin"], "program.env"),
     ("program.env_append", ["program.env_append.PATH=/opt/bin"], "program.env"),
     ("program.env_expand", ["program.env_expand.RUN=$HOME/run"], "program.env"),
