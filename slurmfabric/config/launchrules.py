@@ -231,6 +231,19 @@ def program_problems(program: Any, launcher: Any) -> list[str]:
         out.append("program.pass_args: launcher.resume.mode = 'chain' submits the successor "
                    "script without the first job's arguments; accepted: mode = 'requeue', or "
                    "program.params (the job's environment carries them to the successor)")
+    runtime = program.container_runtime
+    if runtime != "pyxis":
+        if not program.container_image:
+            out.append(f"program.container_runtime: {runtime!r} runs the ranks in "
+                       "program.container_image, which is unset; accepted: an image (a .sif "
+                       "file or a docker:// reference), or runtime 'pyxis'")
+        if any(arg.startswith("--container") for arg in launcher.srun_args):
+            out.append(f"launcher.srun_args: pyxis's --container-* options with "
+                       f"program.container_runtime = {runtime!r}; accepted: program."
+                       "container_image and program.container_mounts")
+        if launcher.type == "mpirun":
+            out.append(f"program.container_runtime: {runtime!r} with launcher.type 'mpirun' "
+                       "is not rendered yet; accepted: srun, srun-pmix, torchrun or nccl-tests")
     if program.teardown_on_failure and not program.teardown:
         out.append("program.teardown_on_failure: true without program.teardown; accepted: "
                    "teardown lines, or false")

@@ -518,6 +518,9 @@ class ProgramSection(Section):
     env_expand: dict[str, str] = Field(default_factory=dict)
     container_image: Optional[str] = None
     container_mounts: list[str] = Field(default_factory=list)
+    # How the ranks enter container_image: pyxis (srun --container-image), or Apptainer /
+    # Singularity ('apptainer exec --bind MOUNTS IMAGE' before each rank's command).
+    container_runtime: Literal["pyxis", "apptainer", "singularity"] = "pyxis"
     modules: list[str] = Field(default_factory=list)
     # Code by the user's explicit choice (job/usercode.py): rendered verbatim into marked
     # sections and shellchecked at render. Every other field is data.

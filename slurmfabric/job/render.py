@@ -264,8 +264,22 @@ def _array_word(text: str) -> str:
 
 
 def container(config: JobConfig) -> Optional[dict[str, Any]]:
-    """The container options every srun step of the job shares (pyxis), or None."""
+    """The container options every srun step of the job shares (pyxis), or None. Under
+    Apptainer/Singularity the steps take no options; ``exec`` is the command every rank
+    (and the image check) starts with instead."""
     image = config.program.container_image
+    runtime = config.program.container_runtime
+    if runtime != "pyxis" and image:
+        # apptainer exec (https://apptainer.org/docs/user/main/cli/apptainer_exec.html):
+        # --bind src[:dest[:opts]],... as program.container_mounts are written; --nv gives
+        # the job's GPUs; the host environment passes in by default.
+        binds = ",".join([f":{zipapp.CONTAINER_PATH}:ro", *config.program.container_mounts])
+        words = [runtime, "exec"] + (["--nv"] if config.job.gpus_per_node else [])
+        exec_words = qargs(words) + ' --bind "$sf_pyz"' + _array_word(binds) + " " + q(image)
+        return {"image": Shell(q(image)), "words": Shell(""), "exec": Shell(exec_words),
+                "env": Shell(q(",".join(container_env_names(config)))),
+                "srun_args": Shell(qargs(config.launcher.srun_args)),
+                "pyz": Shell(q(zipapp.CONTAINER_PATH)), "runtime": runtime}
     pyxis, other = split_pyxis_args(config.launcher.srun_args)
     names = [value for option, value in zip(pyxis, [*pyxis[1:], ""])
              if option.startswith("--container-name")
@@ -283,7 +297,7 @@ def container(config: JobConfig) -> Optional[dict[str, Any]]:
     words += [_array_word(a) for a in pyxis]
     # the check names the image, or the existing container a name-only job runs in
     return {"image": Shell(q(image or names[0])), "words": Shell(" ".join(words)),
-            "env": Shell(q(env)),
+            "env": Shell(q(env)), "runtime": "pyxis",
             "srun_args": Shell(qargs(other)), "pyz": Shell(q(zipapp.CONTAINER_PATH))}
 
 
@@ -358,7 +372,8 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "sf": node_bin(config, slurmfabric_bin),
         "container": the_container,
         # the ranks' slurmfabric: in a container, the mounted zipapp run by the image's python3
-        "sf_rank": Shell("python3 " + q(zipapp.CONTAINER_PATH)) if the_container
+        "sf_rank": Shell(('"${sf_exec[@]}" ' if the_container and "exec" in the_container
+                          else "") + "python3 " + q(zipapp.CONTAINER_PATH)) if the_container
         else q(node_bin(config, slurmfabric_bin)),
         "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
                             for arg in config.launcher.mpirun_args),

@@ -111,3 +111,91 @@ def test_accelerate_runs_once_per_node_with_slurmfabrics_rank_and_rendezvous(
     assert by_rank[0]["MASTER_ADDR"] == by_rank[1]["MASTER_ADDR"]
     assert by_rank[0]["MASTER_PORT"] == by_rank[1]["MASTER_PORT"]
     assert re.fullmatch(r"2[0-9]{4}", str(by_rank[0]["MASTER_PORT"]))  # the job's range
+
+
+# --- Apptainer/Singularity: imported 'srun apptainer exec --bind ... IMAGE ...' ---
+
+# A recording stand-in for apptainer (this machine has none): 'exec [--nv] --bind B,... IMAGE
+# CMD...' records the image and binds, then runs CMD on the host with each bind's destination
+# mapped back to its source (apptainer exec(1): --bind src[:dest[:opts]]), as the image would
+# see the bound files. Any other option is an error, so the test sees what render passes.
+APPTAINER = r"""#!/bin/bash
+[ "$1" = exec ] || { echo "stand-in apptainer: only exec, got $1" >&2; exit 64; }
+shift
+binds=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bind) binds+=("$2"); shift 2 ;;
+    --bind=*) binds+=("${1#--bind=}"); shift ;;
+    --nv) shift ;;
+    -*) echo "stand-in apptainer: unexpected option $1" >&2; exit 64 ;;
+    *) break ;;
+  esac
+done
+image=$1
+shift
+IFS=, read -ra items <<< "$(IFS=,; echo "${binds[*]}")"
+args=()
+for a in "$@"; do
+  for b in "${items[@]}"; do
+    src=${b%%:*}; rest=${b#*:}; dst=${rest%%:*}
+    if [ "$a" = "$dst" ]; then a=$src; elif [ "${a#"$dst"/}" != "$a" ]; then a=$src/${a#"$dst"/}; fi
+  done
+  args+=("$a")
+done
+export SF_STANDIN_IMAGE="$image" SF_STANDIN_BINDS="$(IFS=,; echo "${binds[*]}")"
+exec "${args[@]}"
+"""
+
+PROGRAM = """import json, os, sys
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NODEID", "MASTER_ADDR",
+        "SF_STANDIN_IMAGE", "SF_STANDIN_BINDS")
+record = {k: os.environ.get(k) for k in keys}
+record["argv"] = sys.argv[1:]
+with open(os.path.join(os.environ["SF_RECORDS"], "rank-%s" % record["RANK"]), "w") as f:
+    json.dump(record, f)
+"""
+
+
+def test_apptainer_exec_with_binds_runs_each_rank_in_the_image(cluster: Cluster,
+                                                               tmp_path: Path) -> None:
+    import json
+
+    tmp_path.chmod(0o755)
+    bindir, records, data = tmp_path / "bin", tmp_path / "records", tmp_path / "data"
+    for d in (bindir, data):
+        d.mkdir()
+    records.mkdir(mode=0o777)
+    (data / "prog.py").write_text(PROGRAM)
+    standin = bindir / "apptainer"
+    standin.write_text(APPTAINER)
+    standin.chmod(0o755)
+    script, config = tmp_path / "job.sbatch", tmp_path / "job.toml"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n"
+                      f"srun apptainer exec --bind {data}:/data /images/pt.sif "
+                      "python3 /data/prog.py --epochs 1\n")
+
+    imported = cluster.run(["slurmfabric", "import", str(script), "-o", str(config)],
+                           check=False)
+    assert imported.returncode == 0, imported.stderr
+    assert 'container_runtime = "apptainer"' in config.read_text()
+
+    env = {"PATH": f"{bindir}{os.pathsep}{cluster.env['PATH']}", "SF_RECORDS": str(records)}
+    proc = cluster.run(["slurmfabric", "submit", "-c", str(config), "--workdir", str(tmp_path),
+                        "--set", f"job.output={tmp_path}/job-%j.out"], env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    state = cluster.wait(job_id, timeout=TIMEOUT)
+    output = (tmp_path / f"job-{job_id}.out").read_text(errors="replace")
+    assert state == "COMPLETED", f"job {job_id} ended {state}:\n{output}"
+
+    got = [json.loads(p.read_text()) for p in sorted(records.iterdir())]
+    assert sorted(int(r["RANK"]) for r in got) == [0, 1, 2, 3], (got, output)
+    for record in got:
+        assert record["WORLD_SIZE"] == "4"  # slurmfabric launch ran inside the image
+        assert record["SF_STANDIN_IMAGE"] == "/images/pt.sif"
+        binds = record["SF_STANDIN_BINDS"].split(",")
+        assert f"{data}:/data" in binds  # the script's bind
+        assert any(b.endswith(":/opt/slurmfabric/slurmfabric.pyz:ro") for b in binds)
+        assert record["argv"] == ["--epochs", "1"]
+    assert sorted(r["SLURM_NODEID"] for r in got) == ["0", "0", "1", "1"]

@@ -248,10 +248,46 @@ def test_launchers_that_run_once_per_node_become_launcher_per_node() -> None:
     assert tune["program"]["command"] == ["full_finetune_distributed", "--config", "c.yaml"]
 
 
+def test_apptainer_exec_with_binds_is_the_container_runtime() -> None:
+    result = _imp("srun singularity exec --nv -B /data:/data:ro,/scratch --bind=/w "
+                  "/images/pt.sif python train.py\n")
+    program = result.config["program"]
+    assert program["container_runtime"] == "singularity"
+    assert program["container_image"] == "/images/pt.sif"
+    assert program["container_mounts"] == ["/data:/data:ro", "/scratch", "/w"]
+    assert program["command"] == ["python", "train.py"]
+    assert not _unmapped(result)  # --nv: slurmfabric passes it for a GPU job
+    script = render_sbatch(load_config(data=result.config, site_defaults=""))
+    assert ("sf_exec=(singularity exec --nv --bind \"$sf_pyz\"':/opt/slurmfabric/"
+            "slurmfabric.pyz:ro,/data:/data:ro,/scratch,/w' /images/pt.sif)") in script
+    assert '"${sf_exec[@]}" python3 /opt/slurmfabric/slurmfabric.pyz launch --mode srun' \
+        in script
+    cpu = _imp("srun apptainer exec --nv img.sif python t.py\n",
+               "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=8\n")
+    assert (4, "--nv") in _unmapped(cpu)  # no GPUs asked for: slurmfabric would not pass it
+
+
+@pytest.mark.parametrize("sets, problem", [
+    ({"program": {"container_runtime": "apptainer"}}, "program.container_image, which is unset"),
+    ({"program": {"container_runtime": "apptainer", "container_image": "i.sif"},
+      "launcher": {"srun_args": ["--container-name=x"]}}, "pyxis's --container-* options"),
+])
+def test_apptainer_runtime_rules(sets: dict, problem: str) -> None:
+    from slurmfabric.errors import ConfigError
+
+    data = {"job": {"ntasks_per_node": 1}, "launcher": {"type": "srun"},
+            "program": {"command": ["python"]}}
+    for key, value in sets.items():
+        data[key] = {**data[key], **value}
+    with pytest.raises(ConfigError) as caught:
+        load_config(data=data, site_defaults="")
+    assert problem in "\n".join(caught.value.problems)
+
+
 @pytest.mark.parametrize("line, name", [
     ("srun deepspeed train.py\n", "deepspeed"),
-    ("srun singularity exec --bind /data img.sif python t.py\n", "Apptainer/Singularity"),
-    ("srun apptainer exec img.sif python t.py\n", "Apptainer/Singularity"),
+    ("srun singularity run img.sif python t.py\n", "Apptainer/Singularity"),
+    ("srun apptainer exec --cleanenv img.sif python t.py\n", "apptainer exec option"),
     ("srun shifter python t.py\n", "Shifter"),
 ])
 def test_forms_slurmfabric_cannot_express_yet_are_named(line: str, name: str) -> None:

@@ -248,6 +248,10 @@ def _program(words: list[Field], line: int, out: Launch, job: dict[str, Any],
     if texts[:2] in (["bash", "-c"], ["sh", "-c"]) and len(words) >= 3:
         out.inner = (words[2], texts[3:])
         return
+    if texts and base(texts[0]) in ("apptainer", "singularity") and texts[1:2] == ["exec"] \
+            and "container_image" not in out.program:
+        words = _apptainer(words, line, out, job, notify)
+        texts = [w.text for w in words]
     kind = _per_node_kind(texts)
     if kind is not None:
         _per_node(words, kind, line, out, job, notify)
@@ -272,6 +276,52 @@ def _program(words: list[Field], line: int, out: Launch, job: dict[str, Any],
         notify(line, "unmapped", texts[0] if texts else "", "runs on the batch node only; "
                "slurmfabric runs it as an srun step on every node")
     _command(words, line, out, notify)
+
+
+# apptainer exec options that take a value (https://apptainer.org/docs/user/main/cli/
+# apptainer_exec.html); the others are flags.
+_APPTAINER_VALUE = frozenset({
+    "bind", "B", "env", "env-file", "pwd", "home", "H", "overlay", "o", "workdir", "W",
+    "mount", "security", "app", "network", "network-args", "scratch", "S", "no-mount", "dns",
+    "hostname", "add-caps", "drop-caps", "apply-cgroups",
+})
+
+
+def _apptainer(words: list[Field], line: int, out: Launch, job: dict[str, Any],
+               notify: Notify) -> list[Field]:
+    """``apptainer|singularity exec [OPTIONS] IMAGE PROGRAM...`` -> program.container_runtime,
+    container_image and container_mounts (``--bind``); the program's words are returned.
+    ``--nv`` is what slurmfabric adds for a GPU job; any other option is named."""
+    runtime = base(words[0].text)
+    i = 2
+    mounts: list[str] = []
+    while i < len(words) and words[i].text.startswith("-"):
+        name, eq, attached = words[i].text.lstrip("-").partition("=")
+        takes = not eq and name in _APPTAINER_VALUE and i + 1 < len(words)
+        value = Field(attached, words[i].runtime) if eq else words[i + 1] if takes else None
+        raw = " ".join(w.text for w in words[i:i + 1 + takes])
+        i += 1 + takes
+        if name in ("bind", "B") and value is not None and value.static:
+            mounts += value.text.split(",")
+            notify(line, "mapped", raw, "program.container_mounts")
+        elif name == "nv" and job.get("gpus_per_node"):
+            notify(line, "dropped", raw, "slurmfabric passes --nv for a job with GPUs")
+        else:
+            notify(line, "unmapped", raw, f"a {runtime} exec option slurmfabric does not pass "
+                   "(it passes --bind and, for a GPU job, --nv); not mapped")
+    if i >= len(words):
+        notify(line, "unmapped", runtime, f"{runtime} exec without an image; not mapped")
+        return words[i:]
+    image = words[i]
+    if not image.static:
+        notify(line, "unmapped", image.text, "the image is known only at run time; not mapped")
+    out.program["container_runtime"] = runtime
+    out.program["container_image"] = image.text
+    if mounts:
+        out.program["container_mounts"] = mounts
+    notify(line, "mapped", f"{runtime} exec {image.text}", "program.container_runtime, "
+           "program.container_image")
+    return words[i + 1:]
 
 
 _PER_NODE = {"deepspeed": None}
@@ -352,8 +402,9 @@ def _per_node(words: list[Field], kind: tuple[str, int], line: int, out: Launch,
 
 
 
-_RUNTIMES = {"singularity": "Apptainer/Singularity", "apptainer": "Apptainer/Singularity",
-             "shifter": "Shifter", "podman": "Podman", "docker": "Docker",
+_RUNTIMES = {"singularity": "Apptainer/Singularity (other than 'exec')",
+             "apptainer": "Apptainer/Singularity (other than 'exec')", "shifter": "Shifter",
+             "podman": "Podman", "docker": "Docker",
              "enroot": "enroot (without pyxis)", "charliecloud": "Charliecloud",
              "ch-run": "Charliecloud"}
 
