@@ -49,6 +49,26 @@ out="$SF_RECORDS/$SLURMD_NODENAME.$$"
 """
 
 
+def _import_and_run(cluster: Cluster, tmp_path: Path, original: str, bindir: Path,
+                    records: Path) -> tuple[str, str]:
+    """Import ``original`` (exit 0: nothing left to fix), submit the config with the
+    stand-ins first on PATH; the written config and the job's output."""
+    script, config = tmp_path / "job.sbatch", tmp_path / "job.toml"
+    script.write_text(original)
+    imported = cluster.run(["slurmfabric", "import", str(script), "-o", str(config)],
+                           check=False)
+    assert imported.returncode == 0, imported.stderr
+    env = {"PATH": f"{bindir}{os.pathsep}{cluster.env['PATH']}", "SF_RECORDS": str(records)}
+    proc = cluster.run(["slurmfabric", "submit", "-c", str(config), "--workdir", str(tmp_path),
+                        "--set", f"job.output={tmp_path}/job-%j.out"], env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    state = cluster.wait(job_id, timeout=TIMEOUT)
+    output = (tmp_path / f"job-{job_id}.out").read_text(errors="replace")
+    assert state == "COMPLETED", f"job {job_id} ended {state}:\n{output}"
+    return config.read_text(), output
+
+
 def _records(where: Path) -> list[dict[str, object]]:
     out = []
     for path in sorted(where.iterdir()):
@@ -72,22 +92,8 @@ def test_accelerate_runs_once_per_node_with_slurmfabrics_rank_and_rendezvous(
     standin = bindir / "accelerate"
     standin.write_text(STANDIN)
     standin.chmod(standin.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    script, config = tmp_path / "job.sbatch", tmp_path / "job.toml"
-    script.write_text(ORIGINAL)
-
-    imported = cluster.run(["slurmfabric", "import", str(script), "-o", str(config)],
-                           check=False)
-    assert imported.returncode == 0, imported.stderr  # honest: nothing left to fix
-    assert '[launcher.per_node]\nkind = "accelerate"' in config.read_text()
-
-    env = {"PATH": f"{bindir}{os.pathsep}{cluster.env['PATH']}", "SF_RECORDS": str(records)}
-    proc = cluster.run(["slurmfabric", "submit", "-c", str(config), "--workdir", str(tmp_path),
-                        "--set", f"job.output={tmp_path}/job-%j.out"], env=env, check=False)
-    assert proc.returncode == 0, proc.stderr
-    job_id = proc.stdout.strip()
-    state = cluster.wait(job_id, timeout=TIMEOUT)
-    output = (tmp_path / f"job-{job_id}.out").read_text(errors="replace")
-    assert state == "COMPLETED", f"job {job_id} ended {state}:\n{output}"
+    written, output = _import_and_run(cluster, tmp_path, ORIGINAL, bindir, records)
+    assert '[launcher.per_node]\nkind = "accelerate"' in written
 
     got = _records(records)
     assert len(got) == 2, (got, output)  # once per node, not once per task or worker
@@ -170,24 +176,11 @@ def test_apptainer_exec_with_binds_runs_each_rank_in_the_image(cluster: Cluster,
     standin = bindir / "apptainer"
     standin.write_text(APPTAINER)
     standin.chmod(0o755)
-    script, config = tmp_path / "job.sbatch", tmp_path / "job.toml"
-    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n"
-                      f"srun apptainer exec --bind {data}:/data /images/pt.sif "
-                      "python3 /data/prog.py --epochs 1\n")
-
-    imported = cluster.run(["slurmfabric", "import", str(script), "-o", str(config)],
-                           check=False)
-    assert imported.returncode == 0, imported.stderr
-    assert 'container_runtime = "apptainer"' in config.read_text()
-
-    env = {"PATH": f"{bindir}{os.pathsep}{cluster.env['PATH']}", "SF_RECORDS": str(records)}
-    proc = cluster.run(["slurmfabric", "submit", "-c", str(config), "--workdir", str(tmp_path),
-                        "--set", f"job.output={tmp_path}/job-%j.out"], env=env, check=False)
-    assert proc.returncode == 0, proc.stderr
-    job_id = proc.stdout.strip()
-    state = cluster.wait(job_id, timeout=TIMEOUT)
-    output = (tmp_path / f"job-{job_id}.out").read_text(errors="replace")
-    assert state == "COMPLETED", f"job {job_id} ended {state}:\n{output}"
+    written, output = _import_and_run(
+        cluster, tmp_path, "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n"
+        f"srun apptainer exec --bind {data}:/data /images/pt.sif python3 /data/prog.py "
+        "--epochs 1\n", bindir, records)
+    assert 'container_runtime = "apptainer"' in written
 
     got = [json.loads(p.read_text()) for p in sorted(records.iterdir())]
     assert sorted(int(r["RANK"]) for r in got) == [0, 1, 2, 3], (got, output)
