@@ -221,6 +221,16 @@ def step_name_problem(name: str) -> str | None:
     return None
 
 
+def container_step_problems(steps: Any, program: Any) -> list[str]:
+    """A [[steps]] image is a pyxis option (srun --container-image); under Apptainer the
+    steps have no container form yet."""
+    runtime = program.container_runtime
+    return [f"steps[{i}].container_image: a step's image is a pyxis option, not rendered "
+            f"with program.container_runtime = {runtime!r}; accepted: unset (the step runs "
+            "on the node), or runtime 'pyxis'"
+            for i, step in enumerate(steps) if step.container_image and runtime != "pyxis"]
+
+
 def program_problems(program: Any, launcher: Any) -> list[str]:
     """The code and parameter fields against the launcher."""
     out: list[str] = []

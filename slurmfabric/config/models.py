@@ -1059,6 +1059,7 @@ class JobConfig(BaseSettings):
 
         problems = cross_field_problems(self.job, self.launcher, self.program)
         problems += launchrules.program_problems(self.program, self.launcher)
+        problems += launchrules.container_step_problems(self.steps, self.program)
         problems += launchrules.torchrun_problems(self.launcher, self.program)
         problems += launchrules.mpirun_args_problems(self.launcher.mpirun_args)
         problems += launchrules.steps_problems(self.steps, self.job,

@@ -271,6 +271,9 @@ def test_apptainer_exec_with_binds_is_the_container_runtime() -> None:
     ({"program": {"container_runtime": "apptainer"}}, "program.container_image, which is unset"),
     ({"program": {"container_runtime": "apptainer", "container_image": "i.sif"},
       "launcher": {"srun_args": ["--container-name=x"]}}, "pyxis's --container-* options"),
+    ({"program": {"container_runtime": "apptainer", "container_image": "i.sif"},
+      "steps": [{"name": "s", "command": ["ls"], "container_image": "i.sif"}]},
+     "steps[0].container_image: a step's image is a pyxis option"),
 ])
 def test_apptainer_runtime_rules(sets: dict, problem: str) -> None:
     from slurmfabric.errors import ConfigError
@@ -278,7 +281,7 @@ def test_apptainer_runtime_rules(sets: dict, problem: str) -> None:
     data = {"job": {"ntasks_per_node": 1}, "launcher": {"type": "srun"},
             "program": {"command": ["python"]}}
     for key, value in sets.items():
-        data[key] = {**data[key], **value}
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
     with pytest.raises(ConfigError) as caught:
         load_config(data=data, site_defaults="")
     assert problem in "\n".join(caught.value.problems)
