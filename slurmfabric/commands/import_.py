@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slurmfabric import",
         description="Write a slurmfabric config (TOML) for an existing sbatch script. The "
         "script is read, never run. What could not be mapped is printed with line numbers "
-        "on stderr.",
+        "on stderr. Exit 0: the config loads, renders and carries every line; 1: written, "
+        "with the lines still to fix listed at its top; 2: refused.",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the sbatch script to import")
     parser.add_argument("-o", "--output", metavar="CONFIG.toml",
@@ -73,20 +74,26 @@ def main(argv: list[str]) -> int:
         result = import_script(text)
     except ShellSyntaxError as exc:
         raise UsageError(f"{args.script}: {exc}", hint="check the script with bash -n") from None
-    header = (f"# Imported by 'slurmfabric import' from {Path(args.script).name}.\n"
-              "# Review program.setup/teardown (kept as code) and the notes it printed.\n")
-    toml = header + dumps(result.config)
+    from slurmfabric.job.importer.verdict import settle
+
+    verdict = settle(result, args.script)
+    toml = verdict.header(Path(args.script).name) + dumps(verdict.config)
     if args.output:
         Path(args.output).write_text(toml, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(toml)
     _print_notes(args.script, result.leftovers(), args.quiet)
+    if verdict.todo:
+        print(f"still to fix ({len(verdict.todo)}; listed at the top of the config, exit 1):",
+              file=sys.stderr)
+        for line in verdict.todo:
+            print(f"  {line}", file=sys.stderr)
     if not args.check:
-        return 0
+        return verdict.code
     from slurmfabric.job.importer.check import check
 
-    report = check(text, _validated(result.config))
+    report = check(text, _validated(verdict.config))
     for line in report.added:
         print(f"check: note: {line}", file=sys.stderr)
     for line in report.differences:
@@ -94,7 +101,7 @@ def main(argv: list[str]) -> int:
     if report.same:
         print("check: the rendered script requests, launches and exports what the original "
               "does", file=sys.stderr)
-        return 0
+        return verdict.code
     return 1
 
 

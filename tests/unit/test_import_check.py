@@ -155,11 +155,13 @@ EXPECTED_DIFFERENCES = {
                                       # script built: slurmfabric's port, not 6000.
                                       "launch env CMD:"],
     "mleng_srun_launcher.slurm": ["batch-shell commands:"],  # | tee -a main_log.txt
+    # accelerate launch is [launcher.per_node] now; these stand-ins do not follow that form
+    # (no 'accelerate', 'bash' among them), so the rendered script stops there. The real
+    # testbed runs the form: tests/cluster/test_import_cluster.py.
+    "accelerate_multinode.sh": ["launch: the rendered script started no program",
+                                "exit code: 0 becomes 127"],
 }
-EXPECTED_INVALID = {
-    # srun runs 1 task per node with 4 GPUs: slurmfabric's srun runs one task per GPU.
-    "accelerate_multinode.sh": "job.ntasks_per_node",
-}
+EXPECTED_INVALID: dict[str, str] = {}
 
 
 def _problems(data: dict[str, Any]) -> list[str]:
