@@ -39,6 +39,15 @@ _COMM = re.compile(r"comm 0x[0-9a-f]+ rank ([0-9]{1,9}) nranks ([0-9]{1,9}) cuda
 # init.cc since 2.12: "comm 0x... rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 ..."
 _NODES = re.compile(r"comm 0x[0-9a-f]+ rank [0-9]{1,9} nRanks ([0-9]{1,9}) nNodes ([0-9]{1,9})")
 _LIST_ITEM = re.compile(r"\[\d+\](\S+)")
+# One NET/IB device in the "Using" list: "[0]mlx5_0:1/IB" (every release; 2.29+ may add
+# ":rail" or "::plane" after the port), or a merged NIC, "[0]={[0] mlx5_2:1/RoCE, [1]
+# mlx5_3:1/RoCE}" (net_ib.cc of NCCL 2.20-2.23 and HPC-X's IBext plugin).
+_IB_DEVICE = re.compile(r"\[\d{1,4}\](?:=\{(?P<merged>[^{}]{0,4000})\}|(?P<dev>[^\s\[\]{}]+))")
+_MERGED_MEMBER = re.compile(r"\[\d{1,4}\]\s*([^\s,{}\[\]]+)")
+# 2.24+: merged NICs are virtual devices, printed once each (src/transport/net_ib.cc):
+# "NET/IB : Made virtual device [8] name=mlx5_0+mlx5_1 speed=400000 ndevs=2".
+_VIRTUAL = re.compile(r"NET/IB ?: Made virtual device \[\d{1,4}\] name=(?P<name>\S+) "
+                      r"speed=\d+ ndevs=(?P<n>[0-9]{1,3})")
 _NET_VIA = re.compile(
     r"^NET/(?P<net>.+?)/(?P<dev>[0-9]{1,9})(?:\((?P<merged>[0-9]{1,9})\))?(?P<gdr>/GDRDMA)?(?:/\S*)?$"
 )
@@ -63,7 +72,11 @@ NCCL_RESULT = {
 # Frames whose failure means the communicator (its init, a group call or a collective) or
 # the proxy thread failed. A chain that stops below them was handled: NCCL 2.4 prints
 # "include/net.h:24 -> 2" when a plugin has no PCI path for a NIC, and carries on.
-_TOP_FRAMES = ("init.cc", "group.cc", "enqueue.cc", "collectives.cc", "init.cu")
+# bootstrap.cc is one of them: the bootstrap (the out-of-band ring every rank joins before
+# init) has no fallback, an error there ends the communicator's init, and a log often stops
+# at it (NVIDIA/nccl#1920: "bootstrap.cc:868 -> 6 ncclSocketConnect()", then nothing).
+_TOP_FRAMES = ("init.cc", "group.cc", "enqueue.cc", "collectives.cc", "init.cu",
+               "bootstrap.cc")
 # WARNs that are failures by themselves: the proxy could not connect a peer.
 _FATAL_WARNS = ("Failed to execute operation", "Error encountered progressing operation")
 # The proxy's progress thread tags the last step of its chain: "[Proxy Thread]" up to
@@ -74,6 +87,11 @@ _PROXY_THREAD_TAGS = ("Progress Thread", "Proxy Thread")
 # (NVIDIA/nccl#947, #1538), Open MPI's "[host:pid] Signal: Segmentation fault (11)".
 _CRASH = (re.compile(r"Caught signal (?P<sig>[0-9]{1,3}) \((?P<what>[^():]{1,80})"),
           re.compile(r"\] Signal: (?P<what>[A-Za-z][A-Za-z ]{0,60}) \((?P<sig>[0-9]{1,3})\)"))
+
+# WARN texts of a failed TCP connection (misc/socket.cc, all releases: "Connect to X
+# failed : Connection refused", "Call to recv from X failed : Connection reset by peer").
+_CONNECTION_ERRORS = ("connection reset by peer", "connection refused", "no route to host",
+                      "broken pipe", "connection timed out", "connection abort")
 
 _COMPLETION = re.compile(
     r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<st>[0-9]{1,9})"
@@ -116,6 +134,7 @@ class RankInfo:
     version: str | None = None
     network: str | None = None
     net_devices: list[str] = field(default_factory=list)
+    merged_devices: list[str] = field(default_factory=list)  # "mlx5_2:1/RoCE+mlx5_3:1/RoCE"
     interfaces: list[str] = field(default_factory=list)
     bootstrap: list[str] = field(default_factory=list)
     ofi_provider: str | None = None
@@ -217,13 +236,27 @@ def _split_prefix(before: str) -> tuple[str, str | None, str | None]:
     head, _, tid = before[:word_end].rpartition(":")
     head, _, pid = head.rpartition(":")
     if not (tid.isdecimal() and pid.isdecimal()):
-        return before, None, None
+        return _bare_host(before)
     start = len(head)
     while start and not (head[start - 1].isspace() or head[start - 1] in _HOST_BREAKS):
         start -= 1
     if start == len(head):
         return before, None, None
     return before[:start], head[start:], pid
+
+
+# A host name alone before "[dev]": NCCL builds with a log prefix of "host" only, or a
+# collector that kept the host and dropped pid:tid ("gpu-server320 [5] NCCL WARN ...",
+# NVIDIA/nccl#1920). It starts with a letter, so timestamps and "0:" labels are not hosts.
+_BARE_HOST = re.compile(r"(?:^|(?<=\s))(?P<host>[A-Za-z][A-Za-z0-9._-]{0,252}[A-Za-z0-9])\s+$")
+
+
+def _bare_host(before: str) -> tuple[str, str | None, str | None]:
+    found = _BARE_HOST.search(before[-300:])
+    if found is None or (found.start() == 0 and len(before) > 300):
+        return before, None, None
+    start = len(before) - len(before[-300:]) + found.start()
+    return before[:start], found.group("host"), None
 
 
 def _label(pre: str) -> str | None:
@@ -288,7 +321,17 @@ class _Parser:
             if oob := _OOB.search(devices):  # "[0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>"
                 devices = devices[:oob.start()]
                 _add(r.interfaces, oob.group(1))
-            r.net_devices = _LIST_ITEM.findall(devices)
+            r.net_devices, merged = [], []
+            for item in _IB_DEVICE.finditer(devices):
+                members = ([item.group("dev")] if item.group("dev") else
+                           _MERGED_MEMBER.findall(item.group("merged")))
+                r.net_devices.extend(members)
+                if len(members) > 1:
+                    merged.append("+".join(members))
+            for name in merged:
+                _add(r.merged_devices, name)
+        elif (m := _VIRTUAL.match(msg)) and int(m.group("n")) > 1:
+            _add(r.merged_devices, m.group("name"))
         elif msg.startswith("NET/IB : No device found") or msg.startswith("NET/IB: No device"):
             r.no_ib_device = True
         elif m := re.match(r"NET/Socket ?: Using (.*)$", msg):
@@ -319,7 +362,10 @@ class _Parser:
         elif msg.startswith("Trees ") or msg.startswith("Connected all trees"):
             r.trees = True
         elif m := _COMM.search(msg):
-            r.rank, r.nranks = int(m.group(1)), int(m.group(2))
+            # the largest communicator this rank joined names it (a process may also hold
+            # small ones: a tensor-parallel group, a 1-rank comm)
+            if int(m.group(2)) >= (r.nranks or 0):
+                r.rank, r.nranks = int(m.group(1)), int(m.group(2))
         elif m := _NODES.search(msg):
             r.nranks = r.nranks or int(m.group(1))
             r.nodes = max(r.nodes or 0, int(m.group(2)))
@@ -381,11 +427,13 @@ class _Parser:
                     if getattr(r, attr) is None:
                         setattr(r, attr, value)
             devices = next((r.net_devices for r in group if r.net_devices), [])
+            merged = next((r.merged_devices for r in group if r.merged_devices), [])
             socket = any(r.socket_selected for r in group)
             no_ib = any(g.no_ib_device for g in group)
             version = next((r.version for r in group if r.version), None) or self.version
             for r in group:
                 r.net_devices = r.net_devices or list(devices)
+                r.merged_devices = r.merged_devices or list(merged)
                 r.no_ib_device = r.no_ib_device or no_ib
                 if r.network is None and r.ofi_provider:
                     r.network = f"OFI/{r.ofi_provider}"  # 2.4: only "NET/OFI Selected Provider"
@@ -489,6 +537,17 @@ def classify_warning(msg: str, where: str = "") -> Problem:
             "another rank died or aborted first: read that rank's log for the first error",
             where,
         )
+    if any(text in lowered for text in _CONNECTION_ERRORS):
+        # NCCL retries a refused or timed-out connect with INFO lines and WARNs only when it
+        # gives up (misc/socket.cc): a WARN is a failed connection, not noise.
+        return Problem(
+            "error", "connection", msg,
+            "a TCP connection between ranks failed (bootstrap or proxy): check that every "
+            "node reaches the others on NCCL_SOCKET_IFNAME's interface (routes, firewall, "
+            "MTU), that MASTER_ADDR resolves to that network, and whether the peer it names "
+            "died first (its own log)",
+            where,
+        )
     if msg.startswith("NET/OFI"):
         return Problem(
             "error", "ofi", msg,
@@ -543,6 +602,7 @@ def comm_failure(ranks: list[RankInfo]) -> Problem | None:
     who = f"rank {first.rank} " if first.rank is not None else ""
     others = len(failed) - 1
     more = f"; {others} more rank(s) show errors after it" if others else ""
+    bootstrap = "bootstrap.cc" in (first.error_frame or "")
     remedy = {
         1: "a CUDA call failed on that GPU: check it (nvidia-smi, Xid in the kernel log)",
         2: "a system call failed on that node: for ibv_create_cq/ibv_create_qp/ibv_reg_mr "
@@ -551,16 +611,37 @@ def comm_failure(ranks: list[RankInfo]) -> Problem | None:
            "sockets check the interfaces and firewalls",
         6: "a peer went away first: read the log of the rank it names for the first error",
     }.get(code, "read the root line: it names the call that failed")
+    if bootstrap:
+        remedy = ("the bootstrap (NCCL's TCP ring between ranks, before init) failed: check "
+                  "that the nodes reach each other on NCCL_SOCKET_IFNAME's interface (routes, "
+                  "firewall, ports), that no rank died first, and NCCL_SOCKET_IFNAME itself")
+    stage = " during bootstrap" if bootstrap else ""
     return Problem(
         "error", "comm_failed",
-        f"communicator failed: first on {who}{first.node} ({first.key}) with "
+        f"communicator failed{stage}: first on {who}{first.node} ({first.key}) with "
         f"{NCCL_RESULT.get(code, code)} at {first.error_frame}; root: {first.root}{more}",
         remedy, first.key,
     )
 
 
+def single_host(ranks: list[RankInfo]) -> bool:
+    """Every rank of the communicator is in this log, on one host, and none sent over the
+    network: a single-node job (nccl-tests ``-g 8`` in one process, torchrun on one node).
+    Releases before 2.12 print no ``nNodes`` line, so this is read from the ranks NCCL
+    numbered (``comm 0x... rank R nranks N``): N ranks, all seen, one host."""
+    hosts = {r.node for r in ranks}
+    sizes = {r.nranks for r in ranks}
+    if len(hosts) != 1 or len(sizes) != 1 or None in sizes or any(r.net_channels for r in ranks):
+        return False
+    seen = {r.rank for r in ranks if r.rank is not None}
+    return len(seen) == sizes.pop()
+
+
 def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: bool,
                          allow_socket: bool) -> None:
+    if single_host(report.ranks):
+        for r in report.ranks:
+            r.nodes = r.nodes or 1
     failure = comm_failure(report.ranks)
     if failure is not None:
         report.problems.insert(0, failure)
