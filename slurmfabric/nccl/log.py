@@ -34,6 +34,10 @@ _TAGGED = re.compile(r"\[\d+,(?P<rank>[0-9]{1,9})\]<std(?:out|err)>:\s*$")  # mp
 _SRUN_LABEL = re.compile(r"^\s*(?P<rank>[0-9]{1,9}):\s*$")  # srun --label
 _RANK_LABEL = re.compile(r"\[(?P<rank>[0-9]{1,9})\]\s*$")
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+\S*)")
+# nccl-tests' device table in the same output ("#  Rank  0 Group  0 Pid 8756 on Meowth
+# device  0 [0x01] ..."; no "Group" before nccl-tests 2.13): every rank of the job, its host.
+_TESTS_RANK = re.compile(r"#\s+Rank\s+(?P<rank>[0-9]{1,9})\s+(?:Group\s+[0-9]{1,9}\s+)?Pid\s+"
+                         r"[0-9]{1,9}\s+on\s+(?P<host>\S{1,255})\s+device\s")
 _OOB = re.compile(r";\s*OOB (\S+)\s*$")
 _COMM = re.compile(r"comm 0x[0-9a-f]+ rank ([0-9]{1,9}) nranks ([0-9]{1,9}) cudaDev [0-9]")
 # init.cc since 2.12: "comm 0x... rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 ..."
@@ -275,6 +279,8 @@ class _Parser:
         self.version: str | None = None
         self.env: dict[str, str] = {}
         self.lineno = 0
+        self.job_hosts: dict[int, set[str]] = {}  # nccl-tests' "# Rank N ... on HOST" lines
+        self.init_all: set[tuple[str, str]] = set()  # processes that called ncclCommInitAll
 
     def rank(self, host: str | None, pid: str | None, dev: int, label: str | None) -> RankInfo:
         node = host or (f"{self.source}#{label}" if label else self.source)
@@ -304,6 +310,8 @@ class _Parser:
         version = _VERSION.search(line)
         if version and "NCCL INFO" not in line:
             self.version = self.version or version.group("v")
+        elif "Rank" in line and (rank := _TESTS_RANK.search(line)):
+            self.job_hosts.setdefault(int(rank.group("rank")), set()).add(rank.group("host"))
         elif "Watchdog caught collective operation timeout" in line:
             self.problems.append(_timeout_problem(line.strip()[:200]))
         elif "ignal" in line and (crash := _crash(line)):
@@ -362,6 +370,8 @@ class _Parser:
         elif msg.startswith("Trees ") or msg.startswith("Connected all trees"):
             r.trees = True
         elif m := _COMM.search(msg):
+            if msg.startswith("ncclCommInitAll "):  # one process created every rank
+                self.init_all.add((r.node, r.pid or ""))
             # the largest communicator this rank joined names it (a process may also hold
             # small ones: a tensor-parallel group, a 1-rank comm)
             if int(m.group(2)) >= (r.nranks or 0):
@@ -420,7 +430,10 @@ class _Parser:
         by_process: dict[tuple[str, str], list[RankInfo]] = {}
         for r in ranks:
             by_process.setdefault((r.node, r.pid or ""), []).append(r)
-        for group in by_process.values():
+        for process, group in by_process.items():
+            if process in self.init_all:  # all ranks in one process: one host
+                for r in group:
+                    r.nodes = r.nodes or 1
             for attr in ("version", "network", "ofi_provider"):
                 value = next((getattr(r, attr) for r in group if getattr(r, attr)), None)
                 for r in group:
@@ -537,6 +550,15 @@ def classify_warning(msg: str, where: str = "") -> Problem:
             "another rank died or aborted first: read that rank's log for the first error",
             where,
         )
+    if "has already checked in" in msg:
+        # bootstrap.cc's root: a second process claimed a rank, so the ring never forms
+        return Problem(
+            "error", "bootstrap", msg,
+            "two processes joined the communicator with the same rank: the launcher started "
+            "more processes than the world size or gave two the same RANK (torchrun "
+            "--nnodes/--node_rank, srun --ntasks, a stale job on the same MASTER_PORT)",
+            where,
+        )
     if any(text in lowered for text in _CONNECTION_ERRORS):
         # NCCL retries a refused or timed-out connect with INFO lines and WARNs only when it
         # gives up (misc/socket.cc): a WARN is a failed connection, not noise.
@@ -575,7 +597,8 @@ def parse_log(text: str | Iterable[str], source: str = "log", expect_gdr: bool =
     for line in (text.splitlines() if isinstance(text, str) else text):
         parser.feed(line)
     report = parser.finish()
-    add_derived_problems(report, parser.env, expect_gdr=expect_gdr, allow_socket=allow_socket)
+    add_derived_problems(report, parser.env, expect_gdr=expect_gdr, allow_socket=allow_socket,
+                         job_hosts=parser.job_hosts)
     return report
 
 
@@ -624,22 +647,31 @@ def comm_failure(ranks: list[RankInfo]) -> Problem | None:
     )
 
 
-def single_host(ranks: list[RankInfo]) -> bool:
-    """Every rank of the communicator is in this log, on one host, and none sent over the
-    network: a single-node job (nccl-tests ``-g 8`` in one process, torchrun on one node).
-    Releases before 2.12 print no ``nNodes`` line, so this is read from the ranks NCCL
-    numbered (``comm 0x... rank R nranks N``): N ranks, all seen, one host."""
-    hosts = {r.node for r in ranks}
+def single_host(ranks: list[RankInfo], job_hosts: dict[int, set[str]] | None = None) -> bool:
+    """Every rank of the job is on one host and none sent over the network: a single-node
+    job (nccl-tests ``-g 8`` in one process, torchrun on one node). Releases before 2.12
+    print no ``nNodes`` line, so this is read from the ranks NCCL numbered (``comm 0x...
+    rank R nranks N``: N ranks, all seen, one host) or from nccl-tests' device table (every
+    rank of the job and its host, printed by rank 0)."""
+    if any(r.net_channels for r in ranks):
+        return False
+    if job_hosts:  # nccl-tests' table: ranks 0..N-1 (an excerpt may hold only some)
+        hosts = set().union(*job_hosts.values())
+        sizes = {r.nranks for r in ranks if r.nranks}
+        return (len(hosts) == 1 and sorted(job_hosts) == list(range(len(job_hosts)))
+                and {r.node for r in ranks if r.pid} <= hosts
+                and (not sizes or max(sizes) == len(job_hosts)))
     sizes = {r.nranks for r in ranks}
-    if len(hosts) != 1 or len(sizes) != 1 or None in sizes or any(r.net_channels for r in ranks):
+    if len({r.node for r in ranks}) != 1 or len(sizes) != 1 or None in sizes:
         return False
     seen = {r.rank for r in ranks if r.rank is not None}
     return len(seen) == sizes.pop()
 
 
 def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: bool,
-                         allow_socket: bool) -> None:
-    if single_host(report.ranks):
+                         allow_socket: bool,
+                         job_hosts: dict[int, set[str]] | None = None) -> None:
+    if single_host(report.ranks, job_hosts):
         for r in report.ranks:
             r.nodes = r.nodes or 1
     failure = comm_failure(report.ranks)

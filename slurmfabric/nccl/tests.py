@@ -45,6 +45,10 @@ _NTHREAD = re.compile(r"^#?\s*nThread (?P<body>.*)$")
 _COLLECTIVE = re.compile(r"^#\s*Collective test (?:starting|concluded):\s*(?P<name>\S+)")
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)")
 _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)")
+# The test binary's own failure lines (src/common.h of NVIDIA/nccl-tests: "%s: Test NCCL
+# failure %s:%d '%s / %s'" with the host first, then " .. %s pid %d: Test failure %s:%d"),
+# and NCCL 1.x tests' "NCCL failure all_reduce.cu:95 'unhandled cuda error'".
+_FAILURE = re.compile(r"(?:^|\s)(?:Test (?:NCCL|CUDA) failure|NCCL failure) \S{1,200} '")
 
 # Messages below this are latency-bound; nccl-tests maintainers note 256 MiB is still too
 # small to reach peak bus bandwidth (NVIDIA/nccl-tests#212).
@@ -112,6 +116,7 @@ class TestRun:
     first_wrong_size: int | None = None
     largest: Row | None = None
     source: str = "text"  # "text" or "json" (nccl-tests -J)
+    errors: list[str] = field(default_factory=list)  # the test's failure lines, as printed
 
     def add(self, row: Row, keep: bool = True) -> None:
         self.rows_total += 1
@@ -296,7 +301,8 @@ def iter_runs(lines: Iterable[str]) -> Iterator[TestRun]:
     layout: _Layout | None = None
 
     def done() -> bool:
-        return bool(run.rows_total or run.devices or run.out_of_bounds is not None)
+        return bool(run.rows_total or run.devices or run.out_of_bounds is not None
+                    or run.errors)
 
     for raw in lines:
         line = strip_launcher(raw.rstrip())
@@ -340,6 +346,8 @@ def iter_runs(lines: Iterable[str]) -> Iterator[TestRun]:
                 run.avg_busbw = _measured(m.group("bw"))
         elif (m := _VERSION.search(stripped)) and not stripped.startswith("#"):
             run.nccl_version = run.nccl_version or m.group("v")
+        elif "failure" in stripped and len(run.errors) < 100 and _FAILURE.search(stripped):
+            run.errors.append(" ".join(raw.split())[:300])  # raw: its host label names it
     if done():
         yield run
 
@@ -383,16 +391,10 @@ def _json_run(data: dict) -> TestRun:
             rank=_int(dev["rank"]), host=str(dev["hostname"]), pid=_int(dev["pid"]),
             device=_int(dev["device"]), bus=str(dev.get("device_hex", "")),
             name=str(dev.get("device_info", "")).strip()))
-    for kept, item in enumerate(data["results"]):
-        halves = [_json_cell(item.get("out_of_place")), _json_cell(item.get("in_place"))]
-        if halves[1] is None:
-            raise ValueError(f"result {kept + 1}: no 'in_place' figures")
-        root = str(item.get("root", "")).strip()
-        run.add(Row(size=_int(item["size"]), count=_int(item["count"]),
-                    type=str(item.get("type", "?")), redop=item.get("redop"),
-                    root=int(root) if re.fullmatch(r"-?[0-9]{1,9}", root) else None,
-                    out_of_place=halves[0] or halves[1], in_place=halves[1]),
-                keep=kept < ROWS_KEPT)
+    for item in data["results"]:
+        row = _json_row(item)
+        if row is not None:
+            run.add(row, keep=len(run.rows) < ROWS_KEPT)
     oob = data.get("out_of_bounds")
     if isinstance(oob, dict):
         run.out_of_bounds = _int(oob.get("count", 0))
@@ -400,6 +402,32 @@ def _json_run(data: dict) -> TestRun:
     if isinstance(avg, dict) and avg.get("bandwidth") is not None:
         run.avg_busbw = _json_number(avg["bandwidth"])
     return run
+
+
+def _json_row(item: dict) -> Row | None:
+    """One result; None when a figure is "nan" (not a measurement, as a text row with nan
+    is not read)."""
+    if not isinstance(item, dict):
+        raise TypeError(f"a result is {type(item).__name__}, not an object")
+    try:
+        halves = [_json_cell(item.get("out_of_place")), _json_cell(item.get("in_place"))]
+    except ValueError:
+        if "nan" in _json_figures(item):
+            return None
+        raise
+    if halves[1] is None:
+        raise ValueError("a result has no 'in_place' figures")
+    root = str(item.get("root", "")).strip()
+    redop = item.get("redop")
+    return Row(size=_int(item["size"]), count=_int(item["count"]),
+               type=str(item.get("type", "?")), redop=None if redop is None else str(redop),
+               root=int(root) if re.fullmatch(r"-?[0-9]{1,9}", root) else None,
+               out_of_place=halves[0] or halves[1], in_place=halves[1])
+
+
+def _json_figures(item: dict) -> list[object]:
+    return [value for half in ("out_of_place", "in_place")
+            if isinstance(item.get(half), dict) for value in item[half].values()]
 
 
 def _json_cell(half: object) -> Cell | None:
@@ -511,6 +539,10 @@ def judge(run: TestRun, rates_gbps: list[float] | None = None,
     if run.out_of_bounds:
         state = "FAIL"
         findings.append(f"DATA ERRORS: Out of bounds values : {run.out_of_bounds}")
+    if run.errors:
+        state = "FAIL"
+        findings.append(f"TEST FAILED: {run.errors[0]}" + (
+            f" (and {len(run.errors) - 1} more failure lines)" if len(run.errors) > 1 else ""))
     if not run.rows_total:
         state = "FAIL"
         findings.append("no result rows: the test did not run to completion")
