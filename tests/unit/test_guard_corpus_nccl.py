@@ -299,30 +299,30 @@ def test_a_200_mb_output_is_judged_with_bounded_rows(tmp_path, capsys, monkeypat
 _WRONG = (5, "x", None, [], {}, [5], True, 1e308)
 
 
-def _mutants(document: object) -> list[object]:
-    """The document with one value (the whole, each key's value, the first items of each
-    list) replaced by a value of another type, one mutant per replacement."""
+def _mutants(document: object, items: int = 2, wrong: tuple = _WRONG) -> list[object]:
+    """The document with one value (the whole, each key's value, the first ``items`` of
+    each list) replaced by a value of another type, one mutant per replacement."""
     out = []
 
     def walk(path: tuple) -> None:
         node = document
         for key in path:
             node = node[key]  # type: ignore[index]
-        for wrong in _WRONG:
+        for value in wrong:
             copy = json.loads(json.dumps(document))
             if not path:
-                out.append(wrong)
+                out.append(value)
                 continue
             parent = copy
             for key in path[:-1]:
                 parent = parent[key]
-            parent[path[-1]] = wrong
+            parent[path[-1]] = value
             out.append(copy)
         if isinstance(node, dict):
             for key in node:
                 walk(path + (key,))
         elif isinstance(node, list):
-            for index in range(min(len(node), 2)):
+            for index in range(min(len(node), items)):
                 walk(path + (index,))
 
     walk(())
@@ -357,6 +357,7 @@ def test_pairs_report_on_a_plan_with_a_number_for_a_pair_is_a_usage_error(tmp_pa
 
 def test_every_pair_sweep_file_of_a_wrong_shape_is_refused_in_one_line(tmp_path) -> None:
     from slurmfabric.pairsweep import baseline
+    from slurmfabric.pairsweep.report import latest, load_results
 
     plan = fakebw.sweep_results(tmp_path / "res", ["n0", "n1", "n2", "n3"], {})
     plan_file = plan.results / "plan.json"
@@ -366,13 +367,15 @@ def test_every_pair_sweep_file_of_a_wrong_shape_is_refused_in_one_line(tmp_path)
         plan_file.write_text(json.dumps(document))
         pairs_cmd.main(["report", str(plan.results), "--json"])
 
-    assert _refused_or_read(report, _mutants(good_plan)) == []
+    few = (5, "x", None, [5], {})  # one of each kind: each mutant runs the whole report
+    assert _refused_or_read(report, _mutants(good_plan, wrong=few)) == []
     plan_file.write_text(json.dumps(good_plan))
     saved = tmp_path / "baseline.json"
+    values = latest(load_results(plan.results)[1])[0]
 
     def with_baseline(document: object) -> None:
         saved.write_text(json.dumps(document))
-        pairs_cmd.main(["report", str(plan.results), "--baseline", str(saved)])
+        baseline.drift(values, baseline.read(str(saved)))
 
     good_baseline = baseline.from_sweeps([plan.results])
     assert _refused_or_read(with_baseline, _mutants(good_baseline)) == []
@@ -439,4 +442,4 @@ def test_resume_history_reads_a_ledger_of_any_shape(tmp_path) -> None:
         for extra in ([], ["--json"]):
             resume_cmd.main(["history", str(tmp_path), *extra])
 
-    assert _refused_or_read(history, _mutants(ledger)) == []
+    assert _refused_or_read(history, _mutants(ledger, items=len(ledger))) == []
