@@ -416,6 +416,27 @@ def test_ib_audit_baseline_of_a_wrong_shape_is_refused_in_one_line(tmp_path) -> 
     assert _refused_or_read(read, _mutants(good)) == []
 
 
+def test_roce_audit_facts_of_a_wrong_shape_are_refused_in_one_line(tmp_path) -> None:
+    from slurmfabric.roce import audit
+    from slurmfabric.roce.facts import RocePort
+
+    port = RocePort("mlx5_0", 1, "eth0")
+    port.mtu, port.trust, port.pfc = 4200, "dscp", (False,) * 3 + (True,) + (False,) * 4
+    port.dscp2prio, port.cnp_dscp, port.roce_tos = {26: 3}, 48, 106
+    port.counters = {"rx_discards_phy": 1, "tx_prio3_pause": 2}
+    good = {"node": "n1", "time": 100.0, "ports": [port.to_dict()]}
+    for node in ("n1", "n2"):
+        for k, when in ((0, 100.0), (1, 110.0)):
+            (tmp_path / f"{node}.{k}.json").write_text(json.dumps(dict(good, node=node,
+                                                                       time=when)))
+
+    def read(mutant: object) -> None:
+        (tmp_path / "n1.0.json").write_text(json.dumps(mutant))
+        audit.to_json(audit.analyze(audit.load(tmp_path)))
+
+    assert _refused_or_read(read, _mutants(good)) == []
+
+
 def test_resume_history_reads_a_ledger_of_any_shape(tmp_path) -> None:
     """The restart ledger (events.jsonl) is read back by 'resume history': before issue 46 a
     node list that is a number, or a time no clock shows, ended in a traceback."""
