@@ -151,14 +151,22 @@ def worst(states) -> str:
 
 def _read_runs(path: str) -> Iterator[TestRun]:
     """The output's runs as they end, read line by line (bounded memory); a file that
-    starts with ``{`` is nccl-tests' -J JSON."""
+    starts with ``{`` is nccl-tests' -J JSON, which it writes as one line (util.cu prints
+    no newline), so that file is read whole, not cut into lines."""
     from slurmfabric._common import inputfile
 
+    if path == "-":  # standard input cannot be read twice: whole, within the cap
+        text = inputfile.read_text(path, "nccl-tests output", inputfile.RESULT_MAX_BYTES,
+                                   lenient=True)
+        if text.lstrip()[:1] == "{":
+            return iter(parse_json(text, path))
+        return iter_runs(text.splitlines())
     lines = inputfile.iter_log_lines(path, "nccl-tests output")
     first = next(lines, "")
     while first.strip() == "" and first:
         first = next(lines, "")
     if first.lstrip().startswith("{"):
-        rest = "".join(lines)  # JSON results are one row per size: small
-        return iter(parse_json(first + rest, path))
+        lines.close()
+        return iter(parse_json(inputfile.read_text(path, "nccl-tests JSON",
+                                                   inputfile.RESULT_MAX_BYTES), path))
     return iter_runs(chain([first], lines))

@@ -241,7 +241,10 @@ def test_nccl_tests_json_output_is_read(tmp_path, capsys) -> None:
         [(r.size, r.busbw, r.wrong) for r in text_run.rows]
     assert run.hosts == text_run.hosts and run.large_message_busbw() == pytest.approx(155.57)
     path = tmp_path / "allreduce.json"
-    path.write_text(json.dumps(document, indent=1))
+    # one line, as util.cu writes it (no newline), and longer than a log line may be
+    document["env"] = [f"VAR{i}=" + "x" * 100 for i in range(1000)]
+    path.write_text(json.dumps(document))
+    assert path.stat().st_size > 100_000 and "\n" not in path.read_text()
     assert nccl_tests_cmd.main(["parse", str(path), "--ports", "8", "--port-rate", "400"]) == 1
     assert "LOW BANDWIDTH: 155.57 GB/s" in capsys.readouterr().out
     document["results"][3]["in_place"]["nwrong"] = 12.0
