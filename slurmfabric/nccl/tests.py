@@ -361,20 +361,22 @@ def parse_json(text: str, path: str = "nccl-tests JSON") -> list[TestRun]:
     the file and the key."""
     import json
 
-    from slurmfabric._common.inputfile import shape_error
-
     try:
-        data = json.loads(text)
+        return [_json_run(json.loads(text))]
     except RecursionError:
-        raise shape_error(path, "nccl-tests JSON", ValueError("nested too deeply"),
-                          "the -J output of nccl-tests") from None
-    except ValueError as exc:
-        raise shape_error(path, "nccl-tests JSON", exc, "the -J output of nccl-tests") from None
-    try:
-        return [_json_run(data)]
+        raise _not_json(path, ValueError("nested too deeply")) from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise shape_error(path, "nccl-tests JSON", exc, "the -J output of nccl-tests "
-                          "(an object with 'results')") from None
+        raise _not_json(path, exc) from None
+
+
+def _not_json(path: str, error: BaseException) -> Exception:
+    from slurmfabric._common.textcheck import one_line
+    from slurmfabric.errors import UsageError
+
+    detail = one_line(f"{type(error).__name__}: {error}", 160)
+    return UsageError(f"nccl-tests JSON {path}: not the -J output of nccl-tests ({detail})",
+                      hint="pass the file nccl-tests wrote with -J FILE.json (an object with "
+                      "'results'), or its text output")
 
 
 def _json_run(data: dict) -> TestRun:
