@@ -4,13 +4,16 @@ Operators grep these logs by eye for ``NET/IB`` + ``GDRDMA`` and dread a silent
 ``NET/Socket`` fallback. This module turns the log into per-rank facts (version, network,
 devices, GPUDirect RDMA, channels) and a list of problems with the remedy.
 
-Line formats handled (all seen in public NVIDIA/nccl and nccl-tests issues, NCCL 2.3-2.27;
+Line formats handled (all seen in public NVIDIA/nccl and nccl-tests issues, NCCL 2.3-2.28;
 one real log per release family in tests/fixtures/nccl/versions/, sources in its SOURCES.md):
 
 * ``host:pid:tid [dev] NCCL INFO msg`` and ``host:pid:tid [dev] file.cc:123 NCCL WARN msg``;
 * the same behind launcher labels: ``[1,23]<stdout>:`` (mpirun --tag-output), ``0: ``
   (srun -l), ``[3] `` (a rank label), or timestamps;
-* ``[0] NCCL INFO msg`` without the host prefix (older logs, NCCL_DEBUG_FILE per rank);
+* ``[0] NCCL INFO msg`` without the host prefix (older logs, NCCL_DEBUG_FILE per rank), and
+  ``host [0] NCCL INFO msg`` with the host only (a log collector's format);
+* merged NICs in the ``NET/IB : Using`` line (2.20-2.23, HPC-X's plugin) and ``Made virtual
+  device`` lines (2.24+); nccl-tests' ``# Rank N ... on HOST`` table in the same output;
 * a bare ``NCCL version 2.19.3+cuda12.3`` line (printed by rank 0 of nccl-tests).
 
 Pure functions over text; standard library only.
