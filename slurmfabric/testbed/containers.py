@@ -74,6 +74,10 @@ def node_enroot_dir(state_dir: Path, node: str) -> Path:
     return state_dir / "enroot" / node
 
 
+def enroot_config_dir(state_dir: Path) -> Path:
+    return state_dir / "enroot" / "config"
+
+
 def render_plugstack(state_dir: Path, build: Build) -> str:
     """plugstack.conf (spank(8)): pyxis, its runtime directory in the state directory. Its
     default ``container_scope=global`` stays: with ``job``, pyxis's job epilog runs
@@ -93,8 +97,11 @@ def render_node_enroot(state_dir: Path, node: str, build: Build) -> str:
     enroot lets a variable already set win over enroot.conf. The virtual nodes share one
     disk, so each gets its own containers, as real nodes have their own local disk."""
     d = node_enroot_dir(state_dir, node)
+    # ENROOT_CONFIG_PATH: one for all nodes, as a site's config management gives every node
+    # the same /etc/enroot; tests add mounts.d/*.fstab there (enroot doc/configuration.md).
     values = {"ENROOT_DATA_PATH": d / "data", "ENROOT_RUNTIME_PATH": d / "run",
-              "ENROOT_CACHE_PATH": d / "cache", "ENROOT_TEMP_PATH": state_dir / "tmp" / node}
+              "ENROOT_CACHE_PATH": d / "cache", "ENROOT_TEMP_PATH": state_dir / "tmp" / node,
+              "ENROOT_CONFIG_PATH": enroot_config_dir(state_dir)}
     return "\n".join([
         "#!/bin/sh",
         f"# Written by 'slurmfabric testbed up': node {node}'s own enroot directories.",
@@ -121,4 +128,5 @@ def write_node_files(state_dir: Path, nodes: list[str], build: Build) -> dict[st
         wrapper.chmod(0o755)
         prefixes[node] = os.pathsep.join([str(d / "bin"), str(build.enroot_bin)])
     (state_dir / "pyxis").mkdir(exist_ok=True)
+    (enroot_config_dir(state_dir) / "mounts.d").mkdir(parents=True, exist_ok=True)
     return prefixes

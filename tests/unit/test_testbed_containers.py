@@ -76,6 +76,9 @@ def test_each_node_runs_enroot_on_its_own_directories(tmp_path: Path) -> None:
     assert f"ENROOT_DATA_PATH={state}/enroot/n2/data" in outputs["n2"]
     assert f"ENROOT_RUNTIME_PATH={state}/enroot/n2/run" in outputs["n2"]
     assert f"ENROOT_TEMP_PATH={state}/tmp/n2" in outputs["n2"]
+    # one site configuration (mounts.d) for every node
+    assert f"ENROOT_CONFIG_PATH={state}/enroot/config" in outputs["n1"]
+    assert f"ENROOT_CONFIG_PATH={state}/enroot/config" in outputs["n2"]
     assert outputs["n1"].splitlines()[-1] == "args: start pyxis_7_sf-7 it's"  # argv untouched
 
 
