@@ -7,10 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/slurmfabric-pycache-$(id -u)}"
 # shellcheck source=scripts/setup-env.sh
-. scripts/setup-env.sh "shellcheck bubblewrap openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1 chromium fonts-dejavu-core" "test,nvml,diagnose"
+. scripts/setup-env.sh "shellcheck openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1 chromium fonts-dejavu-core" "test,nvml,diagnose"
 
 echo "== ruff check"
 ruff check --no-cache slurmfabric tests benchmarks examples
+
+echo "== pyxis and enroot for the container tests (cached: seconds after the first run)"
+bash scripts/build-containers.sh
 
 echo "== slurmfabric testbed up --accounting"
 # Whatever the README's demo or an earlier run left (running without accounting, stopped,

@@ -237,23 +237,6 @@ def test_the_per_rank_modules_need_no_third_party_package() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_the_pyxis_stand_in_applies_pyxis_env_precedence() -> None:
-    """tests/fakepyxis.py, which the cluster test trusts: the image's ENV over the host's,
-    except names of --container-env that the host sets (pyxis args.c, tests/env.bats)."""
-    import fakepyxis
-
-    host = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_HCA": "mlx5_0", "LANG": "C.UTF-8", "A": "1"}
-    image = {"NCCL_SOCKET_IFNAME": "eth9", "NCCL_IB_HCA": "mlx5_9", "UNSET": "img"}
-    env = fakepyxis.task_env(host, image, {"NCCL_SOCKET_IFNAME", "UNSET"})
-    assert env == {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_HCA": "mlx5_9", "A": "1",
-                   "UNSET": "img"}  # LANG dropped: pyxis's container_deny_env
-    srun, pyxis, command = fakepyxis.split(
-        ["--nodes", "2", "--container-env", "A,B", "--container-name=sf-7",
-         "--no-container-mount-home", "-w", "n1", "sh", "-c", "x"])
-    assert srun == ["--nodes", "2", "-w", "n1"] and command == ["sh", "-c", "x"]
-    assert pyxis == {"container-env": ["A,B"], "container-name": ["sf-7"]}
-
-
 def test_a_named_container_without_an_image_is_a_container_job() -> None:
     """pyxis runs a step in an existing named container with --container-name alone; its
     ranks run the zipapp too, and the check names that container."""
