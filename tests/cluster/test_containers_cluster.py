@@ -393,5 +393,7 @@ def test_jobs_diagnose_names_a_hung_rank_inside_a_container(
         culprits = [(c["rank"], c["host"], c["pid"]) for c in found["culprits"]]
         assert culprits == [(1, rank1[2], int(rank1[1]))], found
         assert "stall" in (found["culprits"][0].get("frame") or ""), found
-    finally:
+    finally:  # the next tests get idle nodes, not ones still completing this job
         cluster.run(["scancel", job_id], check=False)
+        cluster.wait(job_id, timeout=120)
+        cluster.testbed.wait_idle(60)
