@@ -122,6 +122,13 @@ def pyxis_lines(cluster: Cluster, node: str, job_id: str, what: str) -> list[str
             if pattern.search(line)]
 
 
+def drop_containers(cluster: Cluster, job_id: str) -> None:
+    """Remove the job's named container from every node (pyxis's default scope keeps it;
+    each is the image unpacked, about 260 MB)."""
+    for path in cluster.state_dir.glob(f"enroot/*/data/pyxis_sf-{job_id}"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def submit(cluster: Cluster, tmp_path: Path, sets: list[str], workdir: Path,
            extra: list[str] = (), env: dict[str, str] | None = None) -> str:
     proc = cluster.run(["slurmfabric", "submit", *[a for s in sets for a in ("--set", s)],
@@ -141,7 +148,7 @@ def venv_mounts() -> list[str]:
 
 
 def test_torchrun_in_an_image_without_slurmfabric(cluster: Cluster, build: containers.Build,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, request) -> None:
     """Plan values beat the image's ENV, one import per node for the check, a [[steps]]
     entry and the launch, all in the job's named container."""
     work = tmp_path / "work"
@@ -166,6 +173,7 @@ def test_torchrun_in_an_image_without_slurmfabric(cluster: Cluster, build: conta
             "fabric.type=ib", "fabric.nccl.NCCL_SOCKET_IFNAME=lo"]
     started = time.monotonic()
     job_id = submit(cluster, tmp_path, sets, work, extra=["-c", str(steps)])
+    request.addfinalizer(lambda: drop_containers(cluster, job_id))
     state_name = cluster.wait(job_id, timeout=TIMEOUT)
     print(f"container torchrun job: {time.monotonic() - started:.1f} s submit to end")
     output = (tmp_path / f"job-{job_id}.out").read_text(errors="replace")
@@ -397,3 +405,4 @@ def test_jobs_diagnose_names_a_hung_rank_inside_a_container(
         cluster.run(["scancel", job_id], check=False)
         cluster.wait(job_id, timeout=120)
         cluster.testbed.wait_idle(60)
+        drop_containers(cluster, job_id)
