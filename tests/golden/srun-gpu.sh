@@ -51,6 +51,10 @@ export SLURMFABRIC_CONTAINER_ENV=MASTER_ADDR,MASTER_PORT,NCCL_NET,NNODES,RDZV_ID
 # named for the job, so the first step imports the image and later steps reuse it (pyxis
 # --container-name: "the existing container is used and the import is skipped").
 sf_container=('--container-image=nvcr.io#nvidia/pytorch:24.05-py3' --container-name="sf-$SLURM_JOB_ID" --container-mounts="$sf_pyz"':/opt/slurmfabric/slurmfabric.pyz:ro,/data:/data' --container-env="$SLURMFABRIC_CONTAINER_ENV")
+# pyxis mounts the zipapp from each node's own filesystem, and a source missing there fails
+# the step inside pyxis ("cannot stat source path"): first, on the hosts, the file itself.
+sf_pyz_check='[ -r "$1" ] || { echo "slurmfabric: error: the slurmfabric zipapp $1 is not visible on ${SLURMD_NODENAME:-$(hostname)}; pyxis mounts it into the image on every node: set SLURMFABRIC_ZIPAPP_DIR to a directory that every node mounts (docs/containers.md)" >&2; exit 2; }'
+srun --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c "$sf_pyz_check" sf-check "$sf_pyz" || exit 2
 sf_image_check='command -v python3 >/dev/null 2>&1 || { echo "slurmfabric: error: the image $1 has no python3 on ${SLURMD_NODENAME:-$(hostname)}; slurmfabric runs every rank with the python3 of the image: use an image that has python3 (>= 3.9)" >&2; exit 2; }; python3 "$2" --version >/dev/null || { echo "slurmfabric: error: the python3 of the image $1 cannot run slurmfabric ($2) on ${SLURMD_NODENAME:-$(hostname)}" >&2; exit 2; }'
 srun --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 "${sf_container[@]}" \
   sh -c "$sf_image_check" sf-check 'nvcr.io#nvidia/pytorch:24.05-py3' /opt/slurmfabric/slurmfabric.pyz || exit 2
