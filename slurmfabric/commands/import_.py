@@ -37,9 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", metavar="CONFIG.toml",
                         help="write the config here instead of stdout")
     parser.add_argument("--check", action="store_true",
-                        help="render the config and run both scripts with bash among "
-                        "recording stand-ins (no Slurm needed); exit 1 when their request, "
-                        "launch or environment differ")
+                        help="render the config and run both scripts as batch jobs on the "
+                        "local testbed (slurmfabric testbed up), programs replaced by "
+                        "recording stand-ins; exit 1 when their request, steps, programs, "
+                        "environment or exit code differ. Without a running testbed both "
+                        "run with bash among stand-ins (weaker, said so)")
+    parser.add_argument("--stand-ins", action="store_true",
+                        help="with --check: run both scripts with bash among stand-ins, "
+                        "even when a testbed runs (no srun, sbatch or slurmstepd)")
     parser.add_argument("--quiet", action="store_true",
                         help="print only what was not mapped (not kept code, derived values)")
     return parser
@@ -91,9 +96,7 @@ def main(argv: list[str]) -> int:
             print(f"  {line}", file=sys.stderr)
     if not args.check:
         return verdict.code
-    from slurmfabric.job.importer.check import check
-
-    report = check(text, _validated(verdict.config))
+    report = _check(text, _validated(verdict.config), args.stand_ins)
     for line in report.added:
         print(f"check: note: {line}", file=sys.stderr)
     for line in report.differences:
@@ -103,6 +106,24 @@ def main(argv: list[str]) -> int:
               "does", file=sys.stderr)
         return verdict.code
     return 1
+
+
+def _check(text: str, config: Any, stand_ins: bool) -> Any:
+    """On the testbed when one runs (realcheck.py), else among stand-ins (check.py)."""
+    from slurmfabric.job.importer import realcheck
+
+    env = None if stand_ins else realcheck.testbed_env()
+    if env is not None:
+        print("check: running both scripts as batch jobs on the local testbed "
+              f"({env['SLURM_CONF']}); programs are recording stand-ins", file=sys.stderr)
+        return realcheck.check(text, config, env)
+    from slurmfabric.job.importer.check import check
+
+    why = "--stand-ins given" if stand_ins else "no testbed runs (slurmfabric testbed up)"
+    print(f"check: {why}: both scripts run with bash among stand-ins, a weaker check: no "
+          "real sbatch, srun or slurmstepd, one task per launcher, and what each task "
+          "runs is not compared step by step", file=sys.stderr)
+    return check(text, config)
 
 
 def _print_notes(script: str, notes: list[Any], quiet: bool) -> None:

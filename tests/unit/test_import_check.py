@@ -129,17 +129,25 @@ def test_check_sees_batch_shell_commands() -> None:
     assert same.added == ["request: slurmfabric adds --ntasks-per-node=1"]  # torchrun: 1 task
 
 
-def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # No testbed in this state directory: the stand-in mode, which says it is weaker.
+    monkeypatch.setenv("SLURMFABRIC_TESTBED_DIR", str(tmp_path / "no-testbed"))
     good = tmp_path / "good.sh"
     good.write_text(ORIGINAL.replace("dcgmi profile --pause\n", ""))
     assert cli_main(["import", str(good), "--check", "-o", str(tmp_path / "c.toml")]) == 0
-    assert "check: the rendered script requests" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "check: the rendered script requests" in err
+    assert "check: no testbed runs (slurmfabric testbed up): both scripts run with bash " \
+           "among stand-ins, a weaker check" in err
     # A run-time word in the program's argv stays literal text: the check shows it.
     odd = tmp_path / "odd.sh"
     odd.write_text(ORIGINAL.replace("dcgmi profile --pause\n", "").replace("--lr 1",
                                                                            "--seed $RANDOM"))
-    assert cli_main(["import", str(odd), "--check", "-o", str(tmp_path / "d.toml")]) == 1
+    assert cli_main(["import", str(odd), "--check", "--stand-ins", "-o",
+                     str(tmp_path / "d.toml")]) == 1
     err = capsys.readouterr().err
+    assert "check: --stand-ins given:" in err
     assert "check: differs: launch argv:" in err and "'$RANDOM'" in err
 
 

@@ -36,6 +36,12 @@ NCCL = ROOT / "tests" / "fixtures" / "nccl"
 
 # Commands of the pages another suite runs for real, with the test that does.
 ELSEWHERE: dict[str, str] = {
+    "slurmfabric testbed up --cpus 256":
+        "tests/cluster/test_import_corpus.py::test_the_docs_walkthrough_runs_as_shown",
+    "slurmfabric import princeton_ddp.slurm -o job.toml --check --quiet":
+        "tests/cluster/test_import_corpus.py::test_the_docs_walkthrough_runs_as_shown",
+    "slurmfabric submit -c job.toml":
+        "tests/cluster/test_import_corpus.py::test_the_docs_walkthrough_runs_as_shown",
     "slurmfabric testbed up":
         "tests/cluster/test_testbed.py::test_second_up_reports_running_cluster",
     'eval "$(slurmfabric testbed env)"':
