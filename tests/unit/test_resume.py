@@ -55,10 +55,14 @@ def test_time_limit_seconds_reads_every_sbatch_form(text, seconds) -> None:
     assert time_limit_seconds(text) == seconds
 
 
-def test_usr1_is_refused_with_the_reason() -> None:
-    text = problems('launcher.resume.events=["timeout"]', "launcher.resume.signal=USR1")
-    assert "launcher.resume.signal" in text and "NCCL catches SIGUSR1" in text
-    assert "submitit/issues/1697" in text
+def test_usr1_goes_to_the_batch_shell_only() -> None:
+    # B: keeps it from every rank (sbatch(1)), so NCCL 2.12's SIGUSR1 handler
+    # (https://github.com/NVIDIA/nccl/issues/704) never sees it
+    script = render_sbatch(config('launcher.resume.events=["timeout"]',
+                                  "launcher.resume.signal=SIGUSR1"))
+    assert "#SBATCH --signal=B:USR1@120\n" in script and " --signal USR1 " in script
+    text = problems('launcher.resume.events=["timeout"]', "launcher.resume.signal=KILL")
+    assert "launcher.resume.signal" in text and "choose from" in text
 
 
 @pytest.mark.parametrize(("sets", "field", "phrase"), [
@@ -282,6 +286,21 @@ def test_the_warning_gets_a_checkpoint_then_a_requeue(tmp_path: Path) -> None:
     assert end["seconds_to_checkpoint"] < 10  # it did not sit out the grace period
     assert "squeue -h -j 77 -o %L" in h.calls() and h.calls()[-1] == "scontrol requeue 77"
     assert "timeout: checkpoint at step" in out and "requeued 77 (restart 1 of 3)" in out
+
+
+def test_the_warning_may_be_usr1(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    proc = h.start("--events", "timeout", "--signal", "USR1")
+    h.wait_for_progress(30)
+    proc.send_signal(signal.SIGUSR1)  # the default action would kill the supervisor
+    rc, out = finish(proc)
+    assert rc == 0 and h.events()[-1]["reason"] == "timeout", out
+    assert h.calls()[-1] == "scontrol requeue 77"
+    bad = subprocess.run([sys.executable, "-m", "slurmfabric", "resume", "supervise",
+                          "--events", "timeout", "--signal", "KILL", "--", "true"],
+                         capture_output=True, text=True, env=h.env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "'KILL' is not a signal the supervisor can catch" in bad.stderr
 
 
 def test_a_program_that_finishes_during_the_grace_period_is_not_requeued(
