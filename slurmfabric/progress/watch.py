@@ -122,6 +122,9 @@ class Finding:
     # what saw it: "heartbeats" (the ranks' beats) or "log_silence" (no beats, and the
     # launch printed nothing for the hang timeout: restart.hang.LogSilence)
     signal: str = "heartbeats"
+    # when the stall began (the last beat that advanced, the last output): a hang's time
+    # lost starts here, not when it was noticed
+    since: float | None = None
 
     def log_line(self) -> str:
         named = "; ".join(
@@ -175,19 +178,20 @@ class Watch:
             quiet = f"no rank advanced for {now - newest:.0f} s"
             if behind:
                 found = Finding("hang", [_who(b, why=_why(b, top)) for b in behind],
-                                quiet + "; the others wait for", now)
+                                quiet + "; the others wait for", now, since=newest)
             else:
                 step = next(iter(beats.values())).step
                 found = Finding("hang", [], quiet + f"; every rank stopped at the same point "
                                 f"(step {step}): run `slurmfabric jobs diagnose` to name "
-                                "the rank the others wait for", now)
+                                "the rank the others wait for", now, since=newest)
         else:
             stale = [b for b in beats.values()
                      if now - b.time > self.timeout and b.position < top]
             if stale:
                 found = Finding("hang", [_who(b, why=f"no beat for {now - b.time:.0f} s")
                                          for b in stale],
-                                "the others advanced and these did not", now)
+                                "the others advanced and these did not", now,
+                                since=min(b.time for b in stale))
         if found is None:
             self.hung = False
             return []
