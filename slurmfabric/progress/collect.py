@@ -219,18 +219,25 @@ def collect(job: str, progress_dir: str | None = None,
     """(ranks, node): everything this node can tell about the job's ranks."""
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     pyspy = pyspy_path()
-    ranks, procs = [], find_ranks(job)
-    for proc in procs:
+    procs = find_ranks(job)
+
+    def one(proc: dict[str, object]) -> dict[str, object]:
         pid = int(str(proc["pid"]))
         state = proc_state(pid)
         threads, error = ([], "py-spy is not installed: pip install 'slurmfabric[diagnose]'"
                           ) if pyspy is None else dump_stack(pyspy, pid, state)
         after = proc_state(pid)
-        ranks.append({"kind": "rank", "host": host, "pid": pid, "rank": proc["rank"],
-                      "local": proc["local"], "world": proc["world"],
-                      "children": proc["children"],
-                      "state": "gone" if after == "gone" else state,
-                      "threads": threads, "error": error})
+        return {"kind": "rank", "host": host, "pid": pid, "rank": proc["rank"],
+                "local": proc["local"], "world": proc["world"], "children": proc["children"],
+                "state": "gone" if after == "gone" else state,
+                "threads": threads, "error": error}
+
+    # every rank's dump at once: a native dump takes 1-3 s (symbols), 8 in a row would
+    # take the whole hang budget
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(procs), 16))) as pool:
+        ranks = list(pool.map(one, procs))
     # where the ranks were told to write, unless the caller says
     dirs = {progress_dir} if progress_dir else {str(p["progress_dir"]) for p in procs
                                                 if p["progress_dir"]}
