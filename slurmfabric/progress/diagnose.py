@@ -7,7 +7,10 @@ with its ranks' stacks, states, heartbeats and flight recorder summaries. ``anal
 groups the ranks by where their main thread is and names:
 
 - the ranks not in the collective the others wait in (the most common collective call
-  site: torch.distributed's all_reduce, barrier, ... found by frame names);
+  site: torch.distributed's all_reduce, barrier, ... found by frame names), or not at the
+  synchronisation they wait at (DDP's backward, a native ``c10d::Work::wait`` under an
+  async collective's ``wait()``; without a recognised wait, where more than half of the
+  ranks stand together);
 - the ranks one or more collectives behind or ahead (in another collective, or in the same
   one at another step, from the heartbeat ``slurmfabric.progress`` writes);
 - stopped (``T``), uninterruptible (``D``), zombie and gone ranks (the job's world size
