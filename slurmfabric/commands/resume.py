@@ -30,9 +30,9 @@ def _signal(text: str) -> str:
     import signal
 
     name = text.upper().removeprefix("SIG")
-    if name == "USR1" or not hasattr(signal, f"SIG{name}"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a signal the supervisor takes (not "
-                                         "USR1, which NCCL catches)")
+    if not hasattr(signal, f"SIG{name}") or name in ("KILL", "STOP"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a signal the supervisor can catch "
+                                         "(e.g. USR2, USR1, TERM)")
     return name
 
 

@@ -386,13 +386,11 @@ class ResumeSection(Section):
     @field_validator("signal")
     @classmethod
     def _signal(cls, value: str) -> str:
+        # USR1 is fine here: the warning goes to the batch shell only (--signal=B:, sbatch(1)),
+        # never to the ranks, so no library in them can swallow it. (NCCL 2.12 caught
+        # SIGUSR1 in every rank, https://github.com/NVIDIA/nccl/issues/704; later releases
+        # only when NCCL_PROXY_DUMP_SIGNAL asks for it.)
         name = value.upper().removeprefix("SIG")
-        if name == "USR1":
-            raise ValueError(
-                "signal 'USR1' is refused: NCCL catches SIGUSR1 itself, so the "
-                "warning never reaches the checkpoint (submitit moved to USR2: "
-                "https://github.com/facebookincubator/submitit/issues/1697); accepted: "
-                + ", ".join(s for s in SIGNALS if s != "USR1"))
         if name not in SIGNALS:
             raise ValueError(f"signal {value!r} is not accepted: choose from {', '.join(SIGNALS)}")
         return name

@@ -198,6 +198,27 @@ def _ranks(text: str) -> list[int]:
     return out
 
 
+def task_failure(line: str, number: int = 0) -> list[TaskFailure]:
+    """The failed tasks srun reports in one line of its stderr (none: not such a line)."""
+    match = _SRUN_TASK.match(line) if len(line) <= 4096 else None
+    if not match:
+        return []
+    code = match.group("code")
+    what = f"exit code {code}" if code else match.group("what")
+    return [TaskFailure(rank, match.group("node"), what, int(code) if code else None, number)
+            for rank in _ranks(match.group("tasks"))]
+
+
+# A task killed by srun after the first failure (exit 143/137 or "Killed") is a
+# consequence: the first real failure is the first non-signal exit, if any.
+CONSEQUENCES = ("exit code 143", "exit code 137", "Killed", "Terminated")
+
+
+def first_failures(failures: list[TaskFailure]) -> list[TaskFailure]:
+    """The failures, the cause first: consequences (srun's kills) after the rest."""
+    return sorted(failures, key=lambda f: (f.what in CONSEQUENCES, f.line))
+
+
 def summarize(job_id: str, state: str, exit_code: str, output: str,
               drains: dict[str, str] | None = None) -> Summary:
     """The diagnosis of a job from Slurm's and NCCL's own lines in its output."""
@@ -208,23 +229,16 @@ def summarize(job_id: str, state: str, exit_code: str, output: str,
     for number, line in enumerate(lines, 1):
         if len(line) > 4096:
             continue
-        match = _SRUN_TASK.match(line)
-        if match:
-            code = match.group("code")
-            what = f"exit code {code}" if code else match.group("what")
-            for rank in _ranks(match.group("tasks")):
-                s.failures.append(TaskFailure(rank, match.group("node"), what,
-                                              int(code) if code else None, number))
+        failed = task_failure(line, number)
+        if failed:
+            s.failures += failed
         elif _OOM.search(line):
             s.oom.append(line.strip()[:300])
         else:
             cancelled = _CANCELLED.search(line)
             if cancelled:
                 s.cancelled.append(line.strip()[:300])
-    # A task killed by srun after the first failure (exit 143/137 or "Killed") is a
-    # consequence: the first real failure is the first non-signal exit, if any.
-    consequences = ("exit code 143", "exit code 137", "Killed", "Terminated")
-    s.failures.sort(key=lambda f: (f.what in consequences, f.line))
+    s.failures = first_failures(s.failures)
     report = merge([parse_log(lines)])
     s.nccl = [f"{p.severity} [{p.kind}] {p.message}" for p in report.problems][:20]
     if s.first:

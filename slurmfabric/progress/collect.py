@@ -2,9 +2,10 @@
 
 ``python -m slurmfabric.progress.collect JOB [--progress-dir D] [--flight-prefix P]``
 runs once on each node of the job (one ``srun --overlap`` step, built by
-``slurmfabric.progress.diagnose``) and prints JSON lines: one per rank process found
+``slurmfabric.progress.diagnose``) and prints JSON records: one per rank process found
 (``{"kind": "rank", ...}``), then one for the node (``{"kind": "node", ...}``: host,
-py-spy, heartbeats and flight recorder dumps found on this node).
+py-spy, heartbeats and flight recorder dumps found on this node). Each record travels
+framed in short numbered lines (``slurmfabric.progress.frames``): srun cuts longer lines.
 
 Which processes are the job's ranks: those whose initial environment
 (``/proc/PID/environ``) has ``SLURM_JOB_ID=JOB`` and a rank number (``RANK``, set by
@@ -14,7 +15,9 @@ proctrack plugin, cgroup v1 and v2, and inside containers (where the cgroup path
 namespaced), and it is what the job's own owner may read (same uid; root reads all).
 ``/proc/PID/environ`` is the environment the process started with, so a program that
 changes ``os.environ`` does not hide. This step's own processes (same SLURM_STEP_ID) and
-the torchrun agent (no ``RANK`` when its workers have one) are left out.
+the torchrun agent (no ``RANK`` when its workers have one) are left out, and so are a
+rank's own child processes (DataLoader workers inherit ``RANK``): a rank is the topmost
+process of its Slurm step with that rank number (``_topmost``).
 
 Each rank's state is field 3 of ``/proc/PID/stat`` (proc(5)): ``T`` stopped, ``D``
 uninterruptible sleep, ``Z`` zombie; a process gone between listing and reading is
@@ -33,7 +36,7 @@ import socket
 import subprocess
 import sys
 
-from slurmfabric.progress import flight
+from slurmfabric.progress import flight, frames
 
 PYSPY_TIMEOUT = 10.0
 STATES = {"R": "running", "S": "sleeping", "D": "uninterruptible (D)", "T": "stopped",
@@ -74,17 +77,27 @@ def _is_python(pid: int) -> bool:
     return exe.startswith(("python", "pypy"))
 
 
+def parent(pid: int) -> int:
+    """Field 4 of ``/proc/PID/stat`` (proc(5)); 0 when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            text = handle.read()
+        return int(text[text.rfind(")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _ancestors(pid: int) -> list[int]:
+    """``pid`` and its parents up to (not including) init."""
+    chain: list[int] = []
+    while pid > 1 and pid not in chain:
+        chain.append(pid)
+        pid = parent(pid)
+    return chain
+
+
 def _own_tree() -> set[int]:
-    pids, pid = set(), os.getpid()
-    while pid > 1 and pid not in pids:
-        pids.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                text = handle.read()
-            pid = int(text[text.rfind(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids
+    return set(_ancestors(os.getpid()))
 
 
 def find_ranks(job: str) -> list[dict[str, object]]:
@@ -114,12 +127,36 @@ def find_ranks(job: str) -> list[dict[str, object]]:
                       "local": env.get("LOCAL_RANK") or env.get("SLURM_LOCALID") or "",
                       "world": env.get("WORLD_SIZE") or env.get("SLURM_NTASKS") or "",
                       "progress_dir": env.get("SLURMFABRIC_PROGRESS_DIR", ""),
+                      "step": env.get("SLURM_STEP_ID", ""),
                       "flight_prefix": flight.prefix_from_env(env)})
     with_rank = [p for p in found if (p["env_rank"] or "").isdigit()]
     chosen = with_rank or [p for p in found if (p["procid"] or "").isdigit()]
     for p in chosen:
         p["rank"] = int(str(p["env_rank"] if with_rank else p["procid"]))
-    return sorted(chosen, key=lambda p: (p["rank"], p["pid"]))
+    return sorted(_topmost(chosen), key=lambda p: (p["rank"], p["pid"]))
+
+
+def _topmost(procs: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The rank processes, without their children: a process whose ancestor is a process
+    of the same Slurm step with the same rank is that rank's child (a DataLoader worker,
+    fork or spawn, a forkserver, a checkpoint writer: they inherit RANK) and is listed
+    in its rank's ``children``. The ancestry, not the process group or session: srun
+    and torchrun put a rank and its children in one process group, and a rank that calls
+    setsid(2) leaves it, while parenthood holds either way."""
+    key = {int(str(p["pid"])): (p["step"], p["rank"]) for p in procs}
+    tops: dict[int, dict[str, object]] = {}
+    children: dict[int, list[int]] = {}
+    for p in procs:
+        pid = int(str(p["pid"]))
+        top = next((a for a in reversed(_ancestors(pid)[1:]) if key.get(a) == key[pid]),
+                   None)
+        if top is None:
+            tops[pid] = p
+        else:
+            children.setdefault(top, []).append(pid)
+    for pid, p in tops.items():
+        p["children"] = sorted(children.get(pid, []))
+    return list(tops.values())
 
 
 def pyspy_path() -> str | None:
@@ -128,10 +165,19 @@ def pyspy_path() -> str | None:
 
 
 def dump_stack(pyspy: str, pid: int, state: str) -> tuple[list[dict[str, object]], str]:
-    """(threads, error): each thread's name and frames, innermost first."""
+    """(threads, error): each thread's name and frames, innermost first. With native
+    frames (``--native``: where a rank waits inside C++, e.g. ``c10d::Work::wait`` under
+    an async collective's ``wait()``) where py-spy can; a stopped process gets
+    ``--nonblocking``, which py-spy cannot combine with ``--native``; a native dump that
+    fails is taken again without."""
     argv = [pyspy, "dump", "--pid", str(pid), "--json"]
     if state in ("T", "t"):
-        argv.append("--nonblocking")
+        return _dump(argv + ["--nonblocking"], pid)
+    threads, error = _dump(argv + ["--native"], pid)
+    return (threads, error) if threads else _dump(argv, pid)
+
+
+def _dump(argv: list[str], pid: int) -> tuple[list[dict[str, object]], str]:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PYSPY_TIMEOUT,
                               check=False)
@@ -146,6 +192,11 @@ def dump_stack(pyspy: str, pid: int, state: str) -> tuple[list[dict[str, object]
         raw = json.loads(done.stdout)
     except ValueError:
         return [], "py-spy printed no JSON"
+    return threads_from_pyspy(raw, pid), ""
+
+
+def threads_from_pyspy(raw: object, pid: int) -> list[dict[str, object]]:
+    """py-spy's ``dump --json`` as the record's threads, the main thread first."""
     threads = []
     for thread in raw if isinstance(raw, list) else []:
         frames = [{"name": str(f.get("name", "?")), "file": str(f.get("filename", "?")),
@@ -154,7 +205,7 @@ def dump_stack(pyspy: str, pid: int, state: str) -> tuple[list[dict[str, object]
                         "native_id": thread.get("os_thread_id"), "frames": frames})
     # the main thread first: its os thread id is the pid
     threads.sort(key=lambda t: t["native_id"] != pid)
-    return threads, ""
+    return threads
 
 
 def read_beats(directory: str) -> dict[str, object]:
@@ -168,17 +219,25 @@ def collect(job: str, progress_dir: str | None = None,
     """(ranks, node): everything this node can tell about the job's ranks."""
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     pyspy = pyspy_path()
-    ranks, procs = [], find_ranks(job)
-    for proc in procs:
+    procs = find_ranks(job)
+
+    def one(proc: dict[str, object]) -> dict[str, object]:
         pid = int(str(proc["pid"]))
         state = proc_state(pid)
         threads, error = ([], "py-spy is not installed: pip install 'slurmfabric[diagnose]'"
                           ) if pyspy is None else dump_stack(pyspy, pid, state)
         after = proc_state(pid)
-        ranks.append({"kind": "rank", "host": host, "pid": pid, "rank": proc["rank"],
-                      "local": proc["local"], "world": proc["world"],
-                      "state": "gone" if after == "gone" else state,
-                      "threads": threads, "error": error})
+        return {"kind": "rank", "host": host, "pid": pid, "rank": proc["rank"],
+                "local": proc["local"], "world": proc["world"], "children": proc["children"],
+                "state": "gone" if after == "gone" else state,
+                "threads": threads, "error": error}
+
+    # every rank's dump at once: a native dump takes 1-3 s (symbols), 8 in a row would
+    # take the whole hang budget
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(procs), 16))) as pool:
+        ranks = list(pool.map(one, procs))
     # where the ranks were told to write, unless the caller says
     dirs = {progress_dir} if progress_dir else {str(p["progress_dir"]) for p in procs
                                                 if p["progress_dir"]}
@@ -203,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flight-prefix")
     args = p.parse_args(argv)
     ranks, node = collect(args.job, args.progress_dir, args.flight_prefix)
-    for line in [*ranks, node]:  # one line each: srun keeps a task's line whole
-        sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
+    for record in [*ranks, node]:  # srun cuts lines over 1 KiB: frames.py
+        for line in frames.frame(json.dumps(record, sort_keys=True)):
+            sys.stdout.write(line + "\n")
     sys.stdout.flush()
     return 0
 

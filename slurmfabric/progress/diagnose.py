@@ -7,7 +7,10 @@ with its ranks' stacks, states, heartbeats and flight recorder summaries. ``anal
 groups the ranks by where their main thread is and names:
 
 - the ranks not in the collective the others wait in (the most common collective call
-  site: torch.distributed's all_reduce, barrier, ... found by frame names);
+  site: torch.distributed's all_reduce, barrier, ... found by frame names), or not at the
+  synchronisation they wait at (DDP's backward, a native ``c10d::Work::wait`` under an
+  async collective's ``wait()``; without a recognised wait, where more than half of the
+  ranks stand together);
 - the ranks one or more collectives behind or ahead (in another collective, or in the same
   one at another step, from the heartbeat ``slurmfabric.progress`` writes);
 - stopped (``T``), uninterruptible (``D``), zombie and gone ranks (the job's world size
@@ -40,6 +43,12 @@ COLLECTIVES = frozenset({
     "synchronize", "new_group", "init_process_group"})
 NATIVE_WAITS = ("ncclGroupEnd", "ncclAllReduce", "gloo::", "c10d::", "ProcessGroupNCCL",
                 "ProcessGroupGloo", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+# Where a rank waits for the others outside any collective call: the autograd engine (DDP's
+# reducer issues the all-reduce from its hooks and backward() returns once it is done),
+# torch/autograd/graph.py _engine_run_backward (older releases: backward in
+# torch/autograd/__init__.py). Native frames (py-spy --native) show the rest, e.g.
+# c10d::Work::wait under an async_op collective's wait() (recorded on the testbed).
+SYNC_WAITS = frozenset({"_engine_run_backward", "run_backward", "backward"})
 BAD_STATES = {"T": "stopped (SIGSTOP)", "t": "stopped by a tracer",
               "D": "in uninterruptible sleep (D state: a stuck driver or file system)",
               "Z": "a zombie (exited, not reaped)", "X": "dead", "gone": "gone"}
@@ -54,23 +63,40 @@ def _in_torch(path: str) -> bool:
     return "/torch/" in path.replace("\\", "/")
 
 
+def _is_python(frame: dict[str, object]) -> bool:
+    return str(frame["file"]).endswith(".py")
+
+
+def _where(frame: dict[str, object]) -> str:
+    return f"{frame['name']} ({_short(str(frame['file']))}:{frame['line']})"
+
+
 def classify(frames: list[dict[str, object]]) -> tuple[str | None, str, str]:
-    """(collective or None, where, innermost frame) of one thread, frames innermost first.
-    ``where`` names the collective and the program's frame that called it, so the same
-    collective at two call sites are two places."""
+    """(collective or synchronisation, or None; where; innermost frame) of one thread,
+    frames innermost first. ``where`` names the collective and the program's frame that
+    called it, so the same collective at two call sites are two places. Native frames
+    (py-spy --native) count for the wait they are in; the places named are Python's."""
     if not frames:
         return None, "no Python frame", ""
-    inner = frames[0]
-    innermost = f"{inner['name']} ({_short(str(inner['file']))}:{inner['line']})"
-    for i, frame in enumerate(frames):
-        name = str(frame["name"]).rsplit(".", 1)[-1]
-        native = any(mark in str(frame["name"]) for mark in NATIVE_WAITS)
-        if (name in COLLECTIVES and _in_torch(str(frame["file"]))) or native:
-            caller = next((f for f in frames[i + 1:] if not _in_torch(str(f["file"]))), None)
-            op = name if not native else str(frame["name"])
-            where = op + (f" called from {caller['name']} ({_short(str(caller['file']))}:"
-                          f"{caller['line']})" if caller else "")
-            return op, where, innermost
+    inner = next((f for f in frames if _is_python(f)), frames[0])
+    innermost = _where(inner)
+    # torch's own Python frame names the call (all_reduce, backward) where there is one;
+    # else the native wait under the program's line (an async_op work's wait())
+    for python in (True, False):
+        for i, frame in enumerate(frames):
+            name = str(frame["name"]).rsplit(".", 1)[-1]
+            if python:
+                found = (name in COLLECTIVES or name in SYNC_WAITS) and _is_python(frame) \
+                    and _in_torch(str(frame["file"]))
+            else:
+                found = not _is_python(frame) and any(mark in str(frame["name"])
+                                                      for mark in NATIVE_WAITS)
+            if found:
+                caller = next((f for f in frames[i + 1:] if _is_python(f)
+                               and not _in_torch(str(f["file"]))), None)
+                op = name if python else str(frame["name"]).split("(")[0]
+                where = op + (f" called from {_where(caller)}" if caller else "")
+                return op, where, innermost
     return None, innermost, innermost
 
 
@@ -111,8 +137,11 @@ class Diagnosis:
                          + (f"; at {c['frame']}" if c.get("frame") else "")
                          + (f"; step {c['step']}" if c.get("step") is not None else ""))
         if not self.culprits:
-            lines.append("no culprit: every rank found is in the same place"
-                         if self.ranks else "no rank process found")
+            lines.append("no rank process found" if not self.ranks else
+                         "no culprit: every rank found is in the same place"
+                         if len(self.groups) == 1 else
+                         f"no culprit: the ranks are in {len(self.groups)} places and none "
+                         "holds most of them")
         lines.append("groups (where each rank's main thread is):")
         for g in self.groups:
             lines.append(f"  {len(g['ranks'])} rank(s) {_ranges(g['ranks'])}: {g['where']}")
@@ -172,7 +201,17 @@ def analyse(job: str, records: list[dict[str, object]]) -> Diagnosis:
     if in_collective:
         top, count = in_collective.most_common(1)[0]
         waiting_in = top if count >= 2 or len(views) <= 2 else None
+    alive = [v for v in views if v.state not in BAD_STATES]
+    if waiting_in is None and len(alive) >= 3 and groups:
+        # No wait recognised by name (an async_op wait() without native frames is just
+        # a line of the program): in a hang, where more than half the ranks stand
+        # together is where they wait, and the others are what they wait for.
+        top_group = max(groups, key=lambda g: len(g["ranks"]))  # type: ignore[arg-type]
+        count = len(top_group["ranks"])  # type: ignore[arg-type]
+        if count >= 2 and 2 * count > len(alive) and count < len(alive):
+            waiting_in = str(top_group["where"])
     waiting = [v for v in views if v.where == waiting_in]
+    waiting_op = waiting[0].collective if waiting else None
     steps = collections.Counter(v.step for v in waiting if v.step is not None)
     common_step = steps.most_common(1)[0][0] if steps else None
     culprits: list[dict[str, object]] = []
@@ -199,7 +238,8 @@ def analyse(job: str, records: list[dict[str, object]]) -> Diagnosis:
             name(v, f"in another collective ({v.where}) than the others ({waiting_in})"
                  + (f", {relation}" if relation else ""))
         else:
-            name(v, "not in the collective the others wait in"
+            name(v, ("not in the collective the others wait in" if waiting_op in COLLECTIVES
+                     else "not at the synchronisation the others wait at")
                  + (f" ({relation})" if relation else ""))
     found = {v.rank for v in views}
     world = max(worlds) if worlds else 0
@@ -262,11 +302,13 @@ def collector_argv(job_id: str, cluster: str | None = None, python: str | None =
 
 
 def parse_output(text: str) -> list[dict[str, object]]:
-    """The collectors' JSON lines, with or without srun's ``--label`` prefix (``N: ``)."""
+    """The collectors' records: framed (``progress.frames``, any size) or whole JSON lines,
+    with or without srun's ``--label`` prefix (``N: ``)."""
+    from slurmfabric.progress import frames
+
+    framed, lines = frames.reassemble(text)
     records = []
-    for line in text.splitlines():
-        head, sep, rest = line.partition(": ")
-        body = rest if sep and head.strip().isdigit() else line
+    for body in [*framed, *lines]:
         try:
             record = json.loads(body)
         except ValueError:

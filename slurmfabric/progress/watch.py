@@ -10,9 +10,10 @@ keeps a short history and returns the findings that are new:
   while the others moved past it. When every rank stopped at the same point the beats
   cannot tell which one holds the others: the finding says so, and the stack diagnosis
   (``slurmfabric.progress.diagnose``) names it.
-- ``slow``: a rank whose compute time per step is at least ``slow_ratio`` times the median
-  of its peers', as the lower quartile over the last ``window`` seconds of the per-interval
-  ratio
+- ``slow``: a rank whose compute time per step became at least ``slow_ratio`` times its
+  own baseline ratio to its peers (the median of its first ``baseline_intervals``
+  intervals, at least 1.0), or is at least ``imbalance`` times the median of its peers',
+  as the lower quartile over the last ``window`` seconds of the per-interval ratio
   (each interval between two observations: the mean from the beats' running sums, so an
   interval longer than a step loses nothing), at ``persist`` consecutive observations;
   cleared after ``persist`` observations below. The ratio per interval cancels stalls that
@@ -122,6 +123,9 @@ class Finding:
     # what saw it: "heartbeats" (the ranks' beats) or "log_silence" (no beats, and the
     # launch printed nothing for the hang timeout: restart.hang.LogSilence)
     signal: str = "heartbeats"
+    # when the stall began (the last beat that advanced, the last output): a hang's time
+    # lost starts here, not when it was noticed
+    since: float | None = None
 
     def log_line(self) -> str:
         named = "; ".join(
@@ -145,10 +149,18 @@ class Watch:
     """Decides hangs and slow ranks from successive observations of the beats."""
 
     timeout: float = 300.0
-    slow_ratio: float = 1.10
+    slow_ratio: float = 1.10  # against the rank's own baseline: it became slower
     window: float = 40.0
     persist: int = 3
     min_intervals: int = 4
+    # the first intervals set each rank's baseline ratio to its peers (at least 1.0): a
+    # rank that always ran a little slower (pinned beside another rank on a shared core:
+    # 1.12-1.17x on the testbed, issue 45) is not slow, one that became slower is; a rank
+    # at least ``imbalance`` x its peers is reported whatever its baseline
+    baseline_intervals: int = 3
+    imbalance: float = 1.25
+    baselines: dict[int, float] = field(default_factory=dict)
+    early: dict[int, list[float]] = field(default_factory=dict)
     last: dict[int, tuple[float, int]] = field(default_factory=dict)
     history: dict[int, deque[tuple[float, float, float]]] = field(default_factory=dict)
     streak: dict[int, int] = field(default_factory=dict)
@@ -175,19 +187,20 @@ class Watch:
             quiet = f"no rank advanced for {now - newest:.0f} s"
             if behind:
                 found = Finding("hang", [_who(b, why=_why(b, top)) for b in behind],
-                                quiet + "; the others wait for", now)
+                                quiet + "; the others wait for", now, since=newest)
             else:
                 step = next(iter(beats.values())).step
                 found = Finding("hang", [], quiet + f"; every rank stopped at the same point "
                                 f"(step {step}): run `slurmfabric jobs diagnose` to name "
-                                "the rank the others wait for", now)
+                                "the rank the others wait for", now, since=newest)
         else:
             stale = [b for b in beats.values()
                      if now - b.time > self.timeout and b.position < top]
             if stale:
                 found = Finding("hang", [_who(b, why=f"no beat for {now - b.time:.0f} s")
                                          for b in stale],
-                                "the others advanced and these did not", now)
+                                "the others advanced and these did not", now,
+                                since=min(b.time for b in stale))
         if found is None:
             self.hung = False
             return []
@@ -213,6 +226,7 @@ class Watch:
             median = statistics.median(peers) if peers else 0.0
             if median > 0:
                 self.history.setdefault(rank, deque()).append((now, mine / median, mine))
+                self._baseline(rank, mine / median)
         self.ratios, self.per_step = {}, {}
         new: list[Finding] = []
         for rank, samples in self.history.items():
@@ -227,20 +241,35 @@ class Watch:
             self.per_step[rank] = statistics.median(m for _, _, m in samples)
             if rank not in means:
                 continue  # no new interval: nothing new to count
-            above = ratio >= self.slow_ratio
+            base = self.baselines.get(rank)
+            above = ratio >= self.imbalance or (base is not None
+                                                and ratio / base >= self.slow_ratio)
             self.streak[rank] = self.streak.get(rank, 0) + 1 if above else 0
             self.calm[rank] = 0 if above else self.calm.get(rank, 0) + 1
             if self.streak[rank] >= self.persist and rank not in self.slow:
                 self.slow.add(rank)
                 mine = self.per_step[rank]
+                own = f" ({ratio / base:.2f}x its own baseline {base:.2f}x)" if base else ""
                 new.append(Finding(
                     "slow", [_who(beats[rank], why=f"{ratio:.2f}x",
                                   compute_per_step=round(mine, 6))],
                     f"compute time per step {mine:.4f} s is {ratio:.2f}x the median of its "
-                    f"{len(beats) - 1} peers over the last {self.window:.0f} s", now))
+                    f"{len(beats) - 1} peers{own} over the last {self.window:.0f} s", now))
             elif self.calm[rank] >= self.persist:
                 self.slow.discard(rank)
         return new
+
+
+    def _baseline(self, rank: int, ratio: float) -> None:
+        """The median of a rank's first ``baseline_intervals`` ratios, at least 1.0 (a
+        rank faster than its peers is not excused for becoming as fast as them)."""
+        if rank in self.baselines:
+            return
+        first = self.early.setdefault(rank, [])
+        first.append(ratio)
+        if len(first) >= self.baseline_intervals:
+            self.baselines[rank] = max(1.0, statistics.median(first))
+            del self.early[rank]
 
 
 def _why(beat: Beat, top: int) -> str:

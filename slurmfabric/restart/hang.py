@@ -60,7 +60,7 @@ class LogSilence:
         self.fired = True
         return Finding("hang", [], f"the launch printed nothing for {quiet:.0f} s and no "
                        "rank writes heartbeats (slurmfabric.progress.step)", now,
-                       signal="log_silence")
+                       signal="log_silence", since=self.since)
 
 
 @dataclass

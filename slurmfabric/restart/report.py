@@ -1,9 +1,10 @@
 """What each restart of a job cost: when, why, the steps redone and the time lost.
 
 Built from the event log (``slurmfabric.restart.events``). The time lost is measured from
-the event (the warning, Slurm's SIGTERM, or the last step before a silent failure) to the
-first training step after the restart, so it includes Slurm's requeue delay and the
-program's own start-up.
+the event (the warning, Slurm's SIGTERM, or the last step before a silent failure: for a
+hang, the last beat or output, the end record's ``since``, so the hang timeout and the
+diagnosis count) to the first training step after the restart, so it includes Slurm's
+requeue delay and the program's own start-up.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Restart:
     resumed_from: int | None = None
     resumed_at: float | None = None
     action: str = ""
+    # a worker failure: the failed ranks (or torchrun tasks) and nodes, the cause first
+    failed: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def steps_redone(self) -> int | None:
@@ -84,14 +87,20 @@ def history(directory: str, run: str | None = None) -> History | None:
             later = log[index + 1:]
             start = next((e for e in later if e.get("event") == "start"), None)
             first = next((e for e in later if e.get("event") == "first_step"), None)
+            # a hang's loss starts when the ranks stopped advancing ("since"), not when
+            # the supervisor noticed it a hang timeout (and a diagnosis) later
+            ended = _float(record.get("time")) or 0.0
+            since = _float(record.get("since"))
             restarts.append(Restart(
-                reason=str(record.get("reason")), when=_float(record.get("time")) or 0.0,
+                reason=str(record.get("reason")),
+                when=since if since is not None and since < ended else ended,
                 job=str(record.get("job", "")), nodes=_names(record.get("nodes")),
                 exit_code=_int(record.get("exit_code")),
                 step_reached=_int(record.get("step_reached")),
                 resumed_from=_int(start.get("from_step")) if start else None,
                 resumed_at=_float(first.get("time")) if first else None,
-                action=str(record.get("action", ""))))
+                action=str(record.get("action", "")),
+                failed=[f for f in record.get("failed") or [] if isinstance(f, dict)]))
         elif kind == "first_step" and not trained:
             trained = True
         elif kind == "first_step":
@@ -132,6 +141,10 @@ def format_history(h: History) -> str:
             why += f" ({', '.join(r.nodes)})"
         if r.exit_code is not None:
             why += f" (exit {r.exit_code})"
+        if r.failed:
+            f = r.failed[0]
+            who = "rank" if "rank" in f else "task"
+            why += f": {who} {f.get(who)} on {f.get('node')}: {f.get('what')}"
         redone = "?" if r.steps_redone is None else str(r.steps_redone)
         lost = "?" if r.seconds_lost is None else f"{r.seconds_lost:.1f} s"
         lines.append(f"  {i}. {_stamp(r.when)} job {r.job}: {why}; step {r.step_reached} "

@@ -15,7 +15,9 @@ apart by Slurm's own signals and state, never by elapsed time
   allocation that is DOWN or not responding makes it a node failure. The next start finds
   the job on other nodes: Slurm schedules nothing on a DOWN node.
 - **worker_fail**: the launch exits non-zero on its own. torchrun has already restarted its
-  workers (``--max-restarts``); any other launcher gets the job requeued.
+  workers (``--max-restarts``); any other launcher gets the job requeued. The record names
+  the first failed rank and its node from srun's own line on the launch's stderr
+  (``srun: error: NODE: task N: Exited with exit code C``), which passes through here.
 - **hang / slow**: with a progress directory (``--progress-dir``, the ranks'
   ``SLURMFABRIC_PROGRESS_DIR``) the ranks' heartbeats are read every 5 s
   (``restart.hang``). Every finding is printed into the job log and recorded; a hang runs
@@ -36,14 +38,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
 
 from slurmfabric.errors import SlurmCommandError
 from slurmfabric.progress.watch import Finding
 from slurmfabric.restart import Checkpoints, events
 from slurmfabric.restart.hang import Watcher, culprits
 from slurmfabric.slurm import cmd as slurmcmd
+
+if TYPE_CHECKING:
+    from slurmfabric.job.follow import TaskFailure
 
 BAD_NODE_FLAGS = {"NOT_RESPONDING", "DOWN", "FAIL", "FAILING", "DRAIN", "DRAINING",
                   "DRAINED"}
@@ -112,6 +119,8 @@ class Supervisor:
         self.flags: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.exclude: list[str] = []  # nodes the next start must not get
+        self.failed: list[TaskFailure] = []  # srun's own failure lines, as they come
+        self.stderr: threading.Thread | None = None
         # the heartbeats when there is a directory; the launch's output (our stdout, the
         # job's output file) stands in while no rank writes beats
         self.watcher = Watcher(options.progress_dir, job.job_id, options.hang_timeout,
@@ -209,7 +218,13 @@ class Supervisor:
         warning = getattr(signal, f"SIG{self.o.signal}")
         for signum in (warning, signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
-        self.proc = subprocess.Popen(self.command, env=self.child_env())
+        # srun says which task failed on which node on its stderr ("srun: error: NODE:
+        # task N: Exited with exit code C"): read it on its way to ours
+        self.proc = subprocess.Popen(self.command, env=self.child_env(),
+                                     stderr=subprocess.PIPE)
+        self.stderr = threading.Thread(target=self._copy_stderr, args=(self.proc.stderr,),
+                                       daemon=True)
+        self.stderr.start()
         while True:
             try:
                 rc = self.proc.wait(timeout=0.2)
@@ -230,6 +245,28 @@ class Supervisor:
                 result = self._finding(finding)
                 if result is not None:
                     return result
+
+    def _copy_stderr(self, pipe: IO[bytes]) -> None:
+        from slurmfabric.job.follow import task_failure
+
+        for number, line in enumerate(iter(pipe.readline, b""), 1):
+            with contextlib.suppress(OSError):
+                os.write(2, line)
+            self.failed += task_failure(line.decode("utf-8", "replace").rstrip("\n"), number)
+
+    def _first_failure(self) -> tuple[str, list[dict[str, object]]]:
+        """(" (rank 3 on sfn2: exit code 1)", the failures as data) from srun's lines."""
+        from slurmfabric.job.follow import first_failures
+
+        if self.stderr is not None:
+            self.stderr.join(timeout=5.0)  # the launch has exited: its last lines follow
+        failed = first_failures(self.failed)
+        who = "rank" if self.o.launcher == "srun" else "task"
+        data = [{who: f.rank, "node": f.node, "what": f.what} for f in failed[:64]]
+        if not failed:
+            return "", data
+        first = failed[0]
+        return f" ({who} {first.rank} on {first.node}: {first.what})", data
 
     # -- the four ways a run ends ----------------------------------------------------------
 
@@ -318,12 +355,14 @@ class Supervisor:
                 if self.flags:
                     return self._terminated(self.flags.pop(0))
                 time.sleep(0.5)
+        first, failed = self._first_failure()
         if self.o.launcher == "torchrun":
-            return self._final("worker_fail", f"torchrun exited {rc} after restarting its "
-                               f"workers up to {self.o.max_restarts} times (--max-restarts)",
-                               rc=rc, exit_code=rc)
-        return self._continue_or_stop("worker_fail", f"launch exited {rc}", exit_code=rc,
-                                      step_reached=reached, checkpoint_step=self._latest_step())
+            return self._final("worker_fail", f"torchrun exited {rc}{first} after restarting "
+                               f"its workers up to {self.o.max_restarts} times "
+                               "(--max-restarts)", rc=rc, exit_code=rc, failed=failed)
+        return self._continue_or_stop("worker_fail", f"launch exited {rc}{first}",
+                                      exit_code=rc, failed=failed, step_reached=reached,
+                                      checkpoint_step=self._latest_step())
 
     def _finding(self, finding: Finding) -> int | None:
         """A hang or slow rank from the heartbeats: said and recorded always; acted on when
@@ -371,7 +410,7 @@ class Supervisor:
         self.exclude = nodes
         where = f"culprit node(s) {', '.join(nodes)}" if nodes else "culprit node unknown"
         return self._continue_or_stop(finding.kind, f"{finding.detail}; {where}",
-                                      nodes=nodes, signal=finding.signal,
+                                      nodes=nodes, signal=finding.signal, since=finding.since,
                                       step_reached=self._reached(),
                                       checkpoint_step=self._latest_step())
 

@@ -45,7 +45,9 @@ class Refusal:
 class Policy:
     gpu_partitions: list[str] = field(default_factory=list)
     default_partition: str = ""
-    refuse_signals: list[str] = field(default_factory=list)  # GPU partitions only
+    # GPU partitions only, and only the forms that reach the tasks: B:SIG goes to the batch
+    # shell alone, where no rank's library can catch it
+    refuse_signals: list[str] = field(default_factory=list)
     require_gpus: bool = False
     defaults: dict[str, dict[str, object]] = field(default_factory=dict)  # partition -> opts
     refuse: list[Refusal] = field(default_factory=list)
@@ -201,6 +203,12 @@ local function given(value)
 end
 
 -- "B:USR1@90" -> "USR1"; "10@60" -> "USR1"
+-- B: (alone or with R:) sends the signal to the batch shell only, never to the tasks
+local function batch_only(spec)
+  local flags = string.match(spec, "^([BRbr]+):")
+  return flags ~= nil and string.find(string.upper(flags), "B", 1, true) ~= nil
+end
+
 local function signal_name(spec)
   local name = string.gsub(spec, "^[BR]+:", "")
   name = string.upper(string.gsub(name, "@.*$", ""))
@@ -256,12 +264,13 @@ local function apply(options)
         return slurm.ERROR
       end
     end
-    if gpu and given(options["signal"]) then
+    if gpu and given(options["signal"]) and not batch_only(options["signal"]) then
       local name = signal_name(options["signal"])
       if member(POLICY.refuse_signals, name) then
         slurm.log_error("slurmfabric policy: --signal=%s is refused on GPU partition %s "
-                        .. "(SIG%s is not for GPU jobs here); use another signal, e.g. "
-                        .. "--signal=B:USR2@120", options["signal"], part, name)
+                        .. "(SIG%s would reach every task, where a library may catch it); "
+                        .. "send it to the batch shell only (--signal=B:%s@120) or use "
+                        .. "another signal", options["signal"], part, name, name)
         return slurm.ERROR
       end
     end

@@ -239,3 +239,115 @@ def test_the_collector_step_runs_one_task_per_node_of_the_job(tmp_path):
     argv = (tmp_path / "argv").read_text().split()
     assert argv[:5] == ["--overlap", "--jobid=5", "--nodes=2", "--ntasks=2",
                         "--ntasks-per-node=1"]
+
+
+# -- records of any size, child processes, the asynchronous path (issue 45) -----------------
+
+FIXTURES = ROOT / "tests" / "fixtures" / "pyspy"
+
+
+def srun_label(task: int, text: str) -> str:
+    """What srun --label makes of one task's output: each line cut into pieces of at most
+    1024 bytes, every piece its own labelled line (issue 45: a 3 KiB record arrived as
+    three lines on the testbed, none of which parsed)."""
+    out = []
+    for line in text.splitlines():
+        out += [f"{task}: {line[i:i + 1024]}" for i in range(0, max(len(line), 1), 1024)]
+    return "\n".join(out) + "\n"
+
+
+def test_records_of_any_size_survive_srun_cutting_lines():
+    from slurmfabric.progress import frames
+
+    deep = [{"name": f"layer_{i}", "file": f"/w/model/block_{i}.py", "line": i}
+            for i in range(600)]  # ~ 40 KiB of frames
+    records = [{"kind": "rank", "rank": r, "pid": 10 + r, "host": f"n{r}", "state": "S",
+                "world": "2", "threads": [{"name": "MainThread", "frames": deep}]}
+               for r in (0, 1)]
+    texts = [json.dumps(r, sort_keys=True) for r in records]
+    assert len(texts[0]) > 30_000
+    # the old channel: one JSON line per record, cut by srun, lost
+    assert diagnose.parse_output(srun_label(0, texts[0])) == []
+    # framed: two tasks' pieces interleaved line by line, as srun merges them
+    streams = [srun_label(task, "\n".join(frames.frame(text)))
+               for task, text in enumerate(texts)]
+    mixed = [line for pair in zip(*(s.splitlines() for s in streams)) for line in pair]
+    assert max(len(line) for line in mixed) < 1024
+    got = diagnose.parse_output("noise\n" + "\n".join(mixed) + "\n")
+    assert sorted(got, key=lambda r: r["rank"]) == records
+    # a record with a piece missing is dropped whole, never half read
+    lines = streams[0].splitlines()
+    assert diagnose.parse_output("\n".join(lines[:3] + lines[4:])) == []
+
+
+def pyspy_record(rank: int, fixture: str, *, native: bool = True) -> dict:
+    from slurmfabric.progress.collect import threads_from_pyspy
+
+    raw = json.loads((FIXTURES / fixture).read_text())
+    threads = threads_from_pyspy(raw, raw[0]["os_thread_id"])
+    if not native:  # what py-spy shows without --native: the Python frames only
+        for thread in threads:
+            thread["frames"] = [f for f in thread["frames"] if f["file"].endswith(".py")]
+    return {"kind": "rank", "rank": rank, "pid": 100 + rank, "host": f"n{rank // 2}",
+            "state": "S", "world": "4", "threads": threads}
+
+
+@pytest.mark.parametrize(("waiting", "where"), [
+    ("async-wait-native.json", "c10d::Work::wait called from main (progress_rank.py:85)"),
+    ("ddp-backward-native.json",
+     "_engine_run_backward called from main (progress_rank.py:79)")])
+def test_the_others_waiting_at_a_synchronisation_name_the_culprit(waiting, where):
+    """Stacks recorded with py-spy 0.4.3 --native on torch 2.13.0+cpu, gloo
+    (tests/progress_rank.py --mode async|ddp, rank 1 of 2 stalled 12 frames deep)."""
+    records = [pyspy_record(r, waiting) for r in (0, 1, 2)]
+    records.append(pyspy_record(3, "stall-depth12-native.json"))
+    result = diagnose.analyse("7", records)
+    assert result.waiting_in == where
+    assert [(c["rank"], c["host"]) for c in result.culprits] == [(3, "n1")]
+    culprit = result.culprits[0]
+    assert culprit["why"] == "not at the synchronisation the others wait at"
+    assert culprit["frame"] == "stall (progress_rank.py:33)"  # Python's, not clock_nanosleep
+    text = result.text()
+    assert "culprit: rank 3 on n1 (pid 103)" in text and "no culprit" not in text
+
+
+def test_without_native_frames_most_ranks_standing_together_are_the_waiters():
+    records = [pyspy_record(r, "async-wait-native.json", native=False) for r in (0, 1, 2)]
+    records.append(pyspy_record(3, "stall-depth12-native.json", native=False))
+    result = diagnose.analyse("7", records)
+    assert result.waiting_in == "main (progress_rank.py:85)"
+    assert [c["rank"] for c in result.culprits] == [3]
+    # two against two: no majority, no guess
+    records[2] = pyspy_record(2, "stall-depth12-native.json", native=False)
+    split = diagnose.analyse("7", records)
+    assert split.culprits == [] and split.waiting_in is None
+    assert "no culprit: the ranks are in 2 places and none holds most of them" in split.text()
+
+
+@needs_pyspy
+def test_loader_workers_are_not_ranks_and_a_deep_stall_is_named(ranks, tmp_path):
+    """4 ranks, each with 2 DataLoader worker processes (which inherit RANK), rank 2
+    stalled 14 frames deep: 4 ranks found, the workers listed as their children."""
+    job, procs = ranks({r: ["--workers", "2", "--depth", "14"]
+                        + (["--sleep-at", "6"] if r == 2 else []) for r in range(4)})
+    beats = tmp_path / "beats"
+
+    def stalled():
+        b = read_beats(str(beats))
+        return len(b) == 4 and b[2].step == 5 and all(
+            b[r].phase == "comm" and b[r].step == 5 for r in (0, 1, 3))
+
+    wait_for(stalled, "rank 2 to stall at step 6", procs, timeout=120)
+    env = clean_env(PATH=os.environ.get("PATH", "/usr/bin:/bin"), PYTHONPATH=str(ROOT),
+                    SLURMD_NODENAME="node0")
+    done = subprocess.run([sys.executable, "-m", "slurmfabric.progress.collect", job],
+                          env=env, capture_output=True, text=True, timeout=120, check=True)
+    records = diagnose.parse_output(srun_label(0, done.stdout))  # as srun --label hands it
+    found = [r for r in records if r["kind"] == "rank"]
+    assert sorted((r["rank"], r["pid"]) for r in found) == [(r, p.pid)
+                                                           for r, p in enumerate(procs)]
+    assert all(len(r["children"]) == 2 for r in found), [r["children"] for r in found]
+    assert max(len(json.dumps(r)) for r in found) > 1024  # it would have been cut
+    result = diagnose.analyse(job, records)
+    assert [(c["rank"], c["pid"]) for c in result.culprits] == [(2, procs[2].pid)]
+    assert result.culprits[0]["frame"].startswith("stall (progress_rank.py:")

@@ -55,10 +55,14 @@ def test_time_limit_seconds_reads_every_sbatch_form(text, seconds) -> None:
     assert time_limit_seconds(text) == seconds
 
 
-def test_usr1_is_refused_with_the_reason() -> None:
-    text = problems('launcher.resume.events=["timeout"]', "launcher.resume.signal=USR1")
-    assert "launcher.resume.signal" in text and "NCCL catches SIGUSR1" in text
-    assert "submitit/issues/1697" in text
+def test_usr1_goes_to_the_batch_shell_only() -> None:
+    # B: keeps it from every rank (sbatch(1)), so NCCL 2.12's SIGUSR1 handler
+    # (https://github.com/NVIDIA/nccl/issues/704) never sees it
+    script = render_sbatch(config('launcher.resume.events=["timeout"]',
+                                  "launcher.resume.signal=SIGUSR1"))
+    assert "#SBATCH --signal=B:USR1@120\n" in script and " --signal USR1 " in script
+    text = problems('launcher.resume.events=["timeout"]', "launcher.resume.signal=KILL")
+    assert "launcher.resume.signal" in text and "choose from" in text
 
 
 @pytest.mark.parametrize(("sets", "field", "phrase"), [
@@ -203,6 +207,7 @@ for step in range(start + 1, steps + 1):
         if resume.save_requested():
             time.sleep(float(os.environ.get("CHILD_HOLD", "60")))  # the supervisor stops us
     if exit_code and step == 20:
+        sys.stderr.write(os.environ.get("CHILD_SAYS", ""))
         sys.exit(exit_code)
 if steps < 100000:
     ck.save(steps, lambda d: open(os.path.join(d, "s"), "w").write("last"))
@@ -282,6 +287,21 @@ def test_the_warning_gets_a_checkpoint_then_a_requeue(tmp_path: Path) -> None:
     assert end["seconds_to_checkpoint"] < 10  # it did not sit out the grace period
     assert "squeue -h -j 77 -o %L" in h.calls() and h.calls()[-1] == "scontrol requeue 77"
     assert "timeout: checkpoint at step" in out and "requeued 77 (restart 1 of 3)" in out
+
+
+def test_the_warning_may_be_usr1(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    proc = h.start("--events", "timeout", "--signal", "USR1")
+    h.wait_for_progress(30)
+    proc.send_signal(signal.SIGUSR1)  # the default action would kill the supervisor
+    rc, out = finish(proc)
+    assert rc == 0 and h.events()[-1]["reason"] == "timeout", out
+    assert h.calls()[-1] == "scontrol requeue 77"
+    bad = subprocess.run([sys.executable, "-m", "slurmfabric", "resume", "supervise",
+                          "--events", "timeout", "--signal", "KILL", "--", "true"],
+                         capture_output=True, text=True, env=h.env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "'KILL' is not a signal the supervisor can catch" in bad.stderr
 
 
 def test_a_program_that_finishes_during_the_grace_period_is_not_requeued(
@@ -377,6 +397,27 @@ def test_a_failed_launch_is_requeued_unless_torchrun_already_retried(
     assert h.events()[-1]["reason"] == "worker_fail"
 
 
+# srun's own lines when task 3 of 4 exits 1 and srun kills the rest (--kill-on-bad-exit):
+# the consequence (Terminated, exit 143) may come first, the cause is named
+SRUN_SAYS = ("srun: error: sfn1: tasks 0-1: Terminated\n"
+             "srun: error: sfn2: task 3: Exited with exit code 1\n"
+             "srun: error: sfn2: task 2: Exited with exit code 143\n")
+
+
+def test_a_worker_failure_names_its_rank_and_node(tmp_path: Path) -> None:
+    h = Harness(tmp_path, CHILD_EXIT="3", CHILD_SAYS=SRUN_SAYS)
+    got, out = finish(h.start("--events", "worker_fail", "--launcher", "srun"))
+    assert got == 0, out
+    end = h.events()[-1]
+    assert end["reason"] == "worker_fail" and end["exit_code"] == 3
+    assert end["failed"][0] == {"rank": 3, "node": "sfn2", "what": "exit code 1"}
+    assert len(end["failed"]) == 4
+    assert "worker_fail: launch exited 3 (rank 3 on sfn2: exit code 1)" in out
+    assert SRUN_SAYS in out  # passed on whole to the job's stderr
+    text = format_history(history(str(h.ckpt)))
+    assert "worker_fail (exit 3): rank 3 on sfn2: exit code 1" in text
+
+
 # -- the report ------------------------------------------------------------------------------
 
 def test_history_counts_redone_steps_and_time_to_the_first_resumed_step(tmp_path: Path) -> None:
@@ -412,6 +453,22 @@ def test_history_counts_redone_steps_and_time_to_the_first_resumed_step(tmp_path
                                     "worker_fail 1); steps redone 17; time lost 325.0 s")
     assert "node_fail (sfn2)" in text and text.splitlines()[-1] == "final: finished at step 300"
     assert history(d).run == "other"  # default: the run that started last
+
+
+def test_a_hang_counts_from_the_last_step_not_from_its_notice(tmp_path: Path) -> None:
+    """Issue 45: 38-41 s reported against 61-66 s measured, the hang timeout left out."""
+    d = str(tmp_path)
+    for record in [
+        {"event": "start", "time": 0.0, "run": "4", "job": "4", "restart": 0},
+        {"event": "first_step", "time": 5.0, "run": "4", "job": "4", "step": 1},
+        {"event": "end", "time": 100.0, "since": 80.0, "run": "4", "job": "4",
+         "reason": "hang", "nodes": ["sfn2"], "step_reached": 59, "action": "requeued 4"},
+        {"event": "start", "time": 130.0, "run": "4", "job": "4", "restart": 1,
+         "from_step": 40},
+        {"event": "first_step", "time": 140.0, "run": "4", "job": "4", "step": 41}]:
+        events.append(d, record)
+    h = history(d, "4")
+    assert [(r.reason, r.when, r.seconds_lost) for r in h.restarts] == [("hang", 80.0, 60.0)]
 
 
 def test_history_command_prints_json(tmp_path: Path) -> None:
@@ -494,6 +551,8 @@ def test_a_hang_names_the_rank_and_requeues_without_its_node(tmp_path: Path,
         assert rc == 0, out
         end = h.events()[-1]
         assert end["reason"] == "hang" and end["action"] == "requeued 77"
+        # the hang began at the last beat (400 s ago), not when it was noticed
+        assert end["time"] - 410 < end["since"] < end["time"] - 390
         # Slurm 22.05 takes ExcNodeList only from a pending job: after the requeue
         calls = h.calls()
         assert calls[-1] == "scontrol update JobId=77 ExcNodeList=sfn2"

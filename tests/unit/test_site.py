@@ -212,9 +212,13 @@ def test_the_filter_applies_partition_defaults_the_user_did_not_give(tmp_path) -
 @needs_lua
 def test_the_filter_refuses_with_the_sites_message(tmp_path) -> None:
     script = clifilter.render(policy(tmp_path))
-    for spec in ("USR1@60", "B:USR1@90", "SIGUSR1", "10@30"):
+    for spec in ("USR1@60", "R:USR1@90", "SIGUSR1", "10@30"):  # these reach the tasks
         out = lua(tmp_path, script, "type=sbatch", f"signal={spec}", "gpus=8")
         assert "rc=-1" in out and "--signal=" + spec in out[0], (spec, out)
+        assert "send it to the batch shell only (--signal=B:USR1@120)" in out[0], out
+    for spec in ("B:USR1@90", "B:10@60", "RB:USR1", "b:USR1"):  # the batch shell alone
+        out = lua(tmp_path, script, "type=sbatch", f"signal={spec}", "gpus=8")
+        assert "rc=0" in out and f"signal={spec}" in out, (spec, out)
     out = lua(tmp_path, script, "type=sbatch", "signal=0@0")
     assert out[0] == ("error: slurmfabric policy: partition gpu is for GPU jobs: ask for "
                       "GPUs (--gpus-per-node=N, --gpus=N or --gres=gpu:N)")
