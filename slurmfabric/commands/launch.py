@@ -18,6 +18,7 @@ import sys
 from slurmfabric.commands import env as env_cmd
 from slurmfabric.errors import UsageError
 from slurmfabric.rank import task as taskenv
+from slurmfabric.rank import torchnames
 
 USAGE = """\
 usage: slurmfabric launch [--mode auto|srun|torchrun|mpi] [--addr-policy POLICY]
@@ -72,6 +73,7 @@ def main(argv: list[str]) -> int:
             "slurmfabric launch: no command given",
             "slurmfabric launch [options] -- python train.py",
         )
+    program = command
     if setup:
         command = ["bash", "-c", SETUP_RUNNER, "slurmfabric-task-setup", setup, *command]
     environ = dict(os.environ)
@@ -89,6 +91,8 @@ def main(argv: list[str]) -> int:
     environ.update(final)
     for key in kept:
         environ[key] = kept[key]
+    # the flight recorder's names as the program's torch reads them (rank/torchnames.py)
+    torchnames.adapt(environ, program)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -34,13 +34,14 @@ export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 export SLURMFABRIC_FABRIC_TYPE=tcp
 export SLURMFABRIC_PORT_RANGE=20000-29999
 # PyTorch's NCCL flight recorder (launcher.nccl_flight_recorder): on a watchdog timeout each
-# rank dumps its last collectives to <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>, which
-# 'slurmfabric jobs diagnose' reads. A value already set wins
-# (https://pytorch.org/docs/stable/torch_nccl_environment_variables.html).
-export TORCH_NCCL_TRACE_BUFFER_SIZE="${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}"
+# rank dumps its last collectives to <TORCH_FR_DUMP_TEMP_FILE><rank>, which 'slurmfabric
+# jobs diagnose' reads. The names are torch >= 2.8's; 'slurmfabric launch' adds the older
+# TORCH_NCCL_* names on a rank whose torch predates them. A value already set, under either
+# name, wins (https://pytorch.org/docs/stable/torch_nccl_environment_variables.html).
+export TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}}"
 export TORCH_NCCL_DUMP_ON_TIMEOUT="${TORCH_NCCL_DUMP_ON_TIMEOUT:-1}"
 # Per job, in the job's directory (PyTorch creates no directory for this prefix).
-export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$PWD/nccl_trace_${SLURM_JOB_ID:-local}_rank_}"
+export TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$PWD/nccl_trace_${SLURM_JOB_ID:-local}_rank_}}"
 # slurmfabric runs every rank, so it must exist on every node: checked once, up front.
 sf_bin=slurmfabric
 sf_check='type -P -- "$1" >/dev/null 2>&1 || { echo "slurmfabric: error: $1 not found on ${SLURMD_NODENAME:-$(hostname)}; install it there, or set launcher.slurmfabric (its path on the compute nodes) or launcher.slurmfabric_module" >&2; exit 2; }'

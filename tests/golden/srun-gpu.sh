@@ -24,13 +24,14 @@ export NCCL_NET=IB
 export SLURMFABRIC_FABRIC_TYPE=roce
 export SLURMFABRIC_PORT_RANGE=20000-29999
 # PyTorch's NCCL flight recorder (launcher.nccl_flight_recorder): on a watchdog timeout each
-# rank dumps its last collectives to <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>, which
-# 'slurmfabric jobs diagnose' reads. A value already set wins
-# (https://pytorch.org/docs/stable/torch_nccl_environment_variables.html).
-export TORCH_NCCL_TRACE_BUFFER_SIZE="${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}"
+# rank dumps its last collectives to <TORCH_FR_DUMP_TEMP_FILE><rank>, which 'slurmfabric
+# jobs diagnose' reads. The names are torch >= 2.8's; 'slurmfabric launch' adds the older
+# TORCH_NCCL_* names on a rank whose torch predates them. A value already set, under either
+# name, wins (https://pytorch.org/docs/stable/torch_nccl_environment_variables.html).
+export TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}}"
 export TORCH_NCCL_DUMP_ON_TIMEOUT="${TORCH_NCCL_DUMP_ON_TIMEOUT:-1}"
 # Per job, in the job's directory (PyTorch creates no directory for this prefix).
-export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$PWD/nccl_trace_${SLURM_JOB_ID:-local}_rank_}"
+export TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$PWD/nccl_trace_${SLURM_JOB_ID:-local}_rank_}}"
 # slurmfabric runs here, in the batch shell (the ranks run it in the image): checked up front.
 sf_bin=slurmfabric
 sf_check='type -P -- "$1" >/dev/null 2>&1 || { echo "slurmfabric: error: $1 not found on ${SLURMD_NODENAME:-$(hostname)}; install it there, or set launcher.slurmfabric (its path on the compute nodes) or launcher.slurmfabric_module" >&2; exit 2; }'
@@ -42,7 +43,7 @@ bash -c "$sf_check" sf-check "$sf_bin" || exit 2
 sf_pyz="$(exec -- "$sf_bin" zipapp)" || exit $?
 # The names pyxis sets over the image's ENV ("by default ... their existing values in the
 # image take precedence"); 'slurmfabric launch --print' reports what the image sets besides.
-export SLURMFABRIC_CONTAINER_ENV=MASTER_ADDR,MASTER_PORT,NCCL_NET,NNODES,RDZV_ID,SLURMFABRIC_CONTAINER_ENV,SLURMFABRIC_ENV_JOB,SLURMFABRIC_ENV_SET,SLURMFABRIC_FABRIC_TYPE,SLURMFABRIC_PORT_RANGE,TORCH_NCCL_DEBUG_INFO_TEMP_FILE,TORCH_NCCL_DUMP_ON_TIMEOUT,TORCH_NCCL_TRACE_BUFFER_SIZE
+export SLURMFABRIC_CONTAINER_ENV=MASTER_ADDR,MASTER_PORT,NCCL_NET,NNODES,RDZV_ID,SLURMFABRIC_CONTAINER_ENV,SLURMFABRIC_ENV_JOB,SLURMFABRIC_ENV_SET,SLURMFABRIC_FABRIC_TYPE,SLURMFABRIC_PORT_RANGE,TORCH_FR_BUFFER_SIZE,TORCH_FR_DUMP_TEMP_FILE,TORCH_NCCL_DUMP_ON_TIMEOUT
 # Every step of the job uses these options, the node check too: one container per node,
 # named for the job, so the first step imports the image and later steps reuse it (pyxis
 # --container-name: "the existing container is used and the import is skipped").
