@@ -13,7 +13,7 @@ use NEW instead", whenever an old name is set, even next to the new one (observe
 
 So the script sets the new names only, and ``slurmfabric launch`` (already on every rank,
 just before the exec) adds the old names for a torch older than 2.8. Which torch the
-program imports is read from its ``torch-*.dist-info`` directory, never by importing torch:
+program imports is read from its ``torch/version.py`` (or dist-info), never by importing it:
 the program's interpreter is found from its command (a ``python`` on PATH, or a script's
 ``#!`` line), and its site directories from that interpreter's prefix.
 """
@@ -114,16 +114,27 @@ def site_dirs(python: str, env: dict[str, str]) -> list[str]:
 
 
 def torch_version(dirs: list[str]) -> tuple[int, int] | None:
-    """(major, minor) of the first torch distribution found in ``dirs``, import order."""
+    """(major, minor) of the torch package that ``dirs`` give first, import order: its
+    torch/version.py (``__version__ = '2.13.0+cpu'``, in every torch wheel), else the
+    torch-*.dist-info beside it. One failed open per directory without torch."""
     for directory in dirs:
         try:
-            names = os.listdir(directory)
+            with open(os.path.join(directory, "torch", "version.py"), encoding="utf-8") as f:
+                text = f.read(4096)
         except OSError:
-            continue
-        for name in names:
-            version = _version(name)
-            if version:
-                return version
+            if not os.path.isdir(os.path.join(directory, "torch")):
+                continue
+            text = ""
+        for line in text.splitlines():
+            if line.startswith("__version__"):
+                found = _version("torch-" + line.split("=", 1)[1].strip().strip("'\"")
+                                 + ".dist-info")
+                if found:
+                    return found
+        for name in os.listdir(directory):
+            found = _version(name)
+            if found:
+                return found
     return None
 
 

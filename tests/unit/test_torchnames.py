@@ -28,7 +28,9 @@ def _prefix(tmp: Path, torch: str | None, venv: bool = True) -> Path:
     if venv:
         (tmp / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = "
                                         "false\n")
-    if torch:
+    if torch:  # what a torch wheel installs: the package with its version.py, and dist-info
+        (site / "torch").mkdir()
+        (site / "torch" / "version.py").write_text(f"__version__ = '{torch}'\ndebug = False\n")
         (site / f"torch-{torch}.dist-info").mkdir()
     return tmp
 
@@ -52,9 +54,14 @@ def test_the_programs_torch_is_read_from_its_dist_info(tmp_path: Path) -> None:
     (tmp_path / "usr" / "bin" / "python3").symlink_to(sys.executable)
     assert image.is_dir()
     assert torchnames.program_torch([str(tmp_path / "usr" / "bin" / "python3")], {}) == (2, 5)
-    # PYTHONPATH comes first, as site.py orders it
+    # PYTHONPATH comes first, as site.py orders it; a torch without version.py: its dist-info
     extra = tmp_path / "extra"
     (extra / "torch-2.9.0.dist-info").mkdir(parents=True)
+    (extra / "torch").mkdir()
+    (tmp_path / "stale" / "torch-2.4.0.dist-info").mkdir(parents=True)  # metadata, no package
+    env["PYTHONPATH"] = str(tmp_path / "stale")
+    assert torchnames.program_torch(["python"], env) == (2, 7)
+    del env["PYTHONPATH"]
     assert torchnames.program_torch(["python"], {**env, "PYTHONPATH": str(extra)}) == (2, 9)
     assert torchnames.program_torch(["bash", "run.sh"], env) is None
     assert torchnames.program_torch(["no-such-program"], env) is None
