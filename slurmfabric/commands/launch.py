@@ -18,7 +18,6 @@ import sys
 from slurmfabric.commands import env as env_cmd
 from slurmfabric.errors import UsageError
 from slurmfabric.rank import task as taskenv
-from slurmfabric.rank import torchnames
 
 USAGE = """\
 usage: slurmfabric launch [--mode auto|srun|torchrun|mpi] [--addr-policy POLICY]
@@ -91,8 +90,12 @@ def main(argv: list[str]) -> int:
     environ.update(final)
     for key in kept:
         environ[key] = kept[key]
-    # the flight recorder's names as the program's torch reads them (rank/torchnames.py)
-    torchnames.adapt(environ, program)
+    # the flight recorder's names as the program's torch reads them (rank/torchnames.py):
+    # imported only where the script set them (its one module on a rank's path)
+    if "TORCH_FR_BUFFER_SIZE" in environ or "TORCH_FR_DUMP_TEMP_FILE" in environ:
+        from slurmfabric.rank import torchnames
+
+        torchnames.adapt(environ, program)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
