@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
             "slurmfabric launch: no command given",
             "slurmfabric launch [options] -- python train.py",
         )
+    program = command
     if setup:
         command = ["bash", "-c", SETUP_RUNNER, "slurmfabric-task-setup", setup, *command]
     environ = dict(os.environ)
@@ -89,6 +90,12 @@ def main(argv: list[str]) -> int:
     environ.update(final)
     for key in kept:
         environ[key] = kept[key]
+    # the flight recorder's names as the program's torch reads them (rank/torchnames.py):
+    # imported only where the script set them (its one module on a rank's path)
+    if "TORCH_FR_BUFFER_SIZE" in environ or "TORCH_FR_DUMP_TEMP_FILE" in environ:
+        from slurmfabric.rank import torchnames
+
+        torchnames.adapt(environ, program)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -142,6 +142,8 @@ def main(argv: list[str]) -> int:
         text = k8smanifest.to_yaml(k8smanifest.build(config, args.target))
         for line in k8smanifest.warnings(config):
             print(f"slurmfabric: warning: {line}", file=sys.stderr)
+        for line in k8smanifest.notes(config):
+            print(f"slurmfabric: note: {line}", file=sys.stderr)
         if args.output:
             Path(args.output).write_text(text)
             print(f"wrote {args.output}", file=sys.stderr)

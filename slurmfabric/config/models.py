@@ -429,8 +429,8 @@ class LauncherSection(Section):
     slurmfabric: Optional[str] = None
     slurmfabric_module: Optional[str] = None  # `module load` this first (e.g. an Lmod module)
     check_nodes: bool = True  # one srun step that checks slurmfabric on every node
-    # PyTorch's NCCL flight recorder: the script sets TORCH_NCCL_TRACE_BUFFER_SIZE,
-    # TORCH_NCCL_DUMP_ON_TIMEOUT=1 and TORCH_NCCL_DEBUG_INFO_TEMP_FILE (a per-job dump
+    # PyTorch's NCCL flight recorder: the script sets TORCH_FR_BUFFER_SIZE,
+    # TORCH_NCCL_DUMP_ON_TIMEOUT=1 and TORCH_FR_DUMP_TEMP_FILE (a per-job dump
     # directory) unless already set, so `jobs diagnose` can read the dumps; false: none
     nccl_flight_recorder: bool = True
     # false: ranks keep the CPU/memory affinity they start with ('launch --no-bind', srun
@@ -952,6 +952,11 @@ class KubernetesSection(Section):
     runtime: str = "torch-distributed"  # TrainJob's runtimeRef (a ClusterTrainingRuntime)
     health_check: bool = True  # an init container runs 'slurmfabric health check'
     health_config: Optional[str] = None  # path of the health config inside the image
+    # where the pods find slurmfabric: "configmap" (the default, unless launcher.slurmfabric
+    # names a path) mounts the one-file zipapp from the ConfigMap that 'slurmfabric zipapp
+    # --configmap' writes and runs it with the image's python3, so a stock image works;
+    # "image": the image has slurmfabric (launcher.slurmfabric, else on its PATH)
+    slurmfabric: Optional[Literal["configmap", "image"]] = None
     # program.container_mounts become pod volumes: a mount whose source (SRC of
     # SRC[:DST[:FLAGS]]) is a key here mounts that PersistentVolumeClaim ("CLAIM", or
     # "CLAIM/sub/dir" for a subPath); any other mount is a hostPath volume, unless

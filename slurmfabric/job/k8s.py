@@ -244,10 +244,82 @@ def _resources(config: Any, gpus: bool = True) -> dict:
     return {"limits": limits} if limits else {}
 
 
-def _slurmfabric(config: Any) -> str:
-    """launcher.slurmfabric (a command or absolute path, e.g. on a mounted file system),
-    else the image's 'slurmfabric' on its PATH."""
-    return config.launcher.slurmfabric or "slurmfabric"
+# Where the pods find slurmfabric (kubernetes.slurmfabric). A stock image (NGC PyTorch)
+# has python3 but no slurmfabric, so by default every pod mounts the one-file zipapp
+# (job/zipapp.py) from a ConfigMap ('slurmfabric zipapp --configmap' writes it, once per
+# version and namespace) and runs it with the image's python3, as pyxis jobs do
+# (docs/containers.md). A ConfigMap holds at most 1 MiB ("The data stored in a ConfigMap
+# cannot exceed 1 MiB", https://kubernetes.io/docs/concepts/configuration/configmap/), so it
+# carries the sources without bytecode (~0.5 MB). "image" runs the image's own slurmfabric
+# (launcher.slurmfabric, else the PATH's).
+ZIPAPP_KEY = "slurmfabric.pyz"
+CONFIGMAP_LIMIT = 1024 * 1024
+_SF_VOLUME = "slurmfabric"
+
+
+def delivery(config: Any) -> str:
+    """'configmap' or 'image': kubernetes.slurmfabric, else 'image' when
+    launcher.slurmfabric names it (the image or a mounted file system has it there)."""
+    chosen = config.kubernetes.slurmfabric
+    if chosen == "configmap" and config.launcher.slurmfabric:
+        raise UsageError("kubernetes.slurmfabric = \"configmap\" mounts slurmfabric into the "
+                         f"pods, but launcher.slurmfabric ({config.launcher.slurmfabric!r}) "
+                         "says where it already is", hint="drop one of the two (launcher."
+                         "slurmfabric with kubernetes.slurmfabric = \"image\" runs that path)")
+    return chosen or ("image" if config.launcher.slurmfabric else "configmap")
+
+
+def configmap_name() -> str:
+    """The ConfigMap of this slurmfabric's zipapp: one per release, so a manifest never
+    runs another release's code (a ConfigMap name: RFC 1123 subdomain)."""
+    from slurmfabric import __version__
+
+    return "slurmfabric-" + re.sub(r"[^a-z0-9.-]+", "-", __version__.lower()).strip("-.")
+
+
+def _slurmfabric(config: Any) -> list[str]:
+    """The words that run slurmfabric in a pod: the mounted zipapp with the image's python3,
+    or launcher.slurmfabric (a command or absolute path), else the image's 'slurmfabric'."""
+    from slurmfabric.job.zipapp import CONTAINER_PATH
+
+    if delivery(config) == "configmap":
+        return ["python3", CONTAINER_PATH]
+    return [config.launcher.slurmfabric or "slurmfabric"]
+
+
+def _sf_volumes(config: Any) -> tuple[list[dict], list[dict]]:
+    """(volume, volumeMount) of the zipapp's ConfigMap, read-only at the zipapp's path."""
+    from slurmfabric.job.zipapp import CONTAINER_PATH
+
+    if delivery(config) != "configmap":
+        return [], []
+    return ([{"name": _SF_VOLUME, "configMap": {"name": configmap_name()}}],
+            [{"name": _SF_VOLUME, "mountPath": CONTAINER_PATH.rsplit("/", 1)[0],
+              "readOnly": True}])
+
+
+def zipapp_configmap(namespace: str | None = None) -> dict:
+    """The ConfigMap the pods mount (binaryData: the zipapp, sources only). Immutable: a
+    changed zipapp under the same name is refused by the API server, never mixed in."""
+    import base64
+
+    from slurmfabric import __version__
+    from slurmfabric.job import zipapp
+
+    data, digest = zipapp.archive(bytecode=False)
+    if len(data) > CONFIGMAP_LIMIT:
+        raise UsageError(f"the zipapp is {len(data)} bytes, over a ConfigMap's 1 MiB",
+                         hint="use kubernetes.slurmfabric = \"image\" with an image that "
+                         "has slurmfabric")
+    meta: dict[str, Any] = {"name": configmap_name()}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {"app.kubernetes.io/name": "slurmfabric",
+                      "app.kubernetes.io/version": re.sub(r"[^A-Za-z0-9_.-]", "_",
+                                                          __version__)[:63]}
+    meta["annotations"] = {"slurmfabric/digest": digest}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "immutable": True,
+            "binaryData": {ZIPAPP_KEY: base64.b64encode(data).decode()}}
 
 
 def _worker_command(config: Any, kind: str) -> list[str]:
@@ -258,9 +330,12 @@ def _worker_command(config: Any, kind: str) -> list[str]:
     if not program:
         raise UsageError("program.command is empty", hint="set program.command")
     launcher = config.launcher
-    run = [*launcher.torchrun, *launcher.torchrun_args, "--no-python", _slurmfabric(config),
+    run = [*launcher.torchrun, *launcher.torchrun_args, "--no-python", *_slurmfabric(config),
            "launch",
            "--mode", "torchrun", *([] if launcher.bind else ["--no-bind"]), "--", *program]
+    if kind == "jobset" and delivery(config) == "configmap":  # a fixed path: script text
+        return ["/bin/sh", "-c", f'eval "$({shlex.join(_slurmfabric(config))} env --no-plan)" '
+                '&& exec "$@"', "sh", *run]
     if kind == "jobset" and launcher.slurmfabric:  # its path is data: $1, not script text
         return ["/bin/sh", "-c", 'sf=$1; shift; eval "$("$sf" env --no-plan)" && exec "$@"',
                 "sh", launcher.slurmfabric, *run]
@@ -280,7 +355,7 @@ def _container(config: Any, name: str, command: list[str], gpus: bool = True) ->
         container["resources"] = resources
     if config.program.workdir:
         container["workingDir"] = config.program.workdir
-    mounts = _mounts(config)[1]
+    mounts = _volumes(config)[1]
     if gpus:
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
         mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]
@@ -367,17 +442,25 @@ def _mounts(config: Any) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
+def _volumes(config: Any) -> tuple[list[dict], list[dict]]:
+    """Every volume of the pods (program.container_mounts, then slurmfabric's ConfigMap),
+    and the mounts of every container that runs slurmfabric or the job's code."""
+    volumes, mounts = _mounts(config)
+    sf_volumes, sf_mounts = _sf_volumes(config)
+    return [*volumes, *sf_volumes], [*mounts, *sf_mounts]
+
+
 def _health(config: Any) -> list[dict]:
     if not config.kubernetes.health_check:
         return []
-    command = [_slurmfabric(config), "health", "check"]
+    command = [*_slurmfabric(config), "health", "check"]
     if config.kubernetes.health_config:
         command += ["--config", config.kubernetes.health_config]
     init = {"name": "slurmfabric-health", "image": _image(config), "command": command,
             "resources": _resources(config),
             "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}
-    mounts = _mounts(config)[1]
-    if mounts:  # the health config may live on a mounted file system
+    mounts = _volumes(config)[1]
+    if mounts:  # slurmfabric's ConfigMap; the health config may live on a mounted volume
         init["volumeMounts"] = mounts
     return [init]
 
@@ -387,7 +470,7 @@ def _pod(config: Any, container: dict, extra_env: list[dict] | None = None,
     if extra_env:
         container = {**container, "env": [*extra_env, *container.get("env", [])]}
     spec: dict[str, Any] = {"containers": [container]}
-    volumes = _mounts(config)[0]
+    volumes = _volumes(config)[0]
     if gpus:
         spec["initContainers"] = _health(config) or None
         volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *volumes]
@@ -463,7 +546,7 @@ def trainjob(config: Any) -> dict:
     if config.kubernetes.networks:
         pod["metadata"] = {"annotations": {
             "k8s.v1.cni.cncf.io/networks": config.kubernetes.networks}}
-    volumes, mounts = _mounts(config)
+    volumes, mounts = _volumes(config)
     pod["spec"] = {"containers": [{
         "name": "node", "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]}],
@@ -530,7 +613,7 @@ def _mpirun(config: Any, ranks: int, exported: list[str], program: list[str]) ->
     return [config.launcher.mpirun, "-np", str(ranks),
             *([] if binds else ["--bind-to", "none"]),
             *[word for name in exported for word in ("-x", name)], *args,
-            _slurmfabric(config), "launch", "--mode", "mpi", "--", *program]
+            *_slurmfabric(config), "launch", "--mode", "mpi", "--", *program]
 
 
 def mpijob(config: Any) -> dict:
@@ -608,6 +691,16 @@ def warnings(config: Any) -> list[str]:
                 "pods/pod-lifecycle/#pod-termination); checkpoint on SIGTERM or leave "
                 "job.time unset"]
     return []
+
+
+def notes(config: Any) -> list[str]:
+    """What the cluster needs before the manifest runs: the zipapp's ConfigMap."""
+    if delivery(config) != "configmap":
+        return []
+    namespace = config.kubernetes.namespace
+    return [f"the pods run slurmfabric from ConfigMap {configmap_name()} with the image's "
+            "python3; create it once in the job's namespace: slurmfabric zipapp --configmap"
+            + (f" --namespace {namespace}" if namespace else "") + " | kubectl apply -f -"]
 
 
 def build(config: Any, target: str) -> dict:

@@ -338,20 +338,23 @@ def supervise_args(config: JobConfig) -> list[str]:
     ]
 
 
-FLIGHT_RECORDER = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
-                   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+FLIGHT_RECORDER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
+                   "TORCH_FR_DUMP_TEMP_FILE")
 
 
 def flight_recorder(config: JobConfig) -> list[str]:
-    """The flight-recorder variables the script sets (``launcher.nccl_flight_recorder``):
-    none for nccl-tests (no PyTorch) or when off, and none that the config's own
-    environment names (the user's value wins; the submitting environment's wins too, the
+    """The flight-recorder variables the script sets (``launcher.nccl_flight_recorder``),
+    under torch >= 2.8's names (rank/torchnames.py adds the older ones per rank): none for
+    nccl-tests (no PyTorch) or when off, and none that the config's own environment names
+    under either name (the user's value wins; the submitting environment's wins too, the
     template sets each only when unset)."""
+    from slurmfabric.rank.torchnames import RENAMED
+
     if not config.launcher.nccl_flight_recorder or config.launcher.type == "nccl-tests":
         return []
     program = config.program
     own = {*program.env, *program.env_prepend, *program.env_append, *program.env_expand}
-    return [name for name in FLIGHT_RECORDER if name not in own]
+    return [name for name in FLIGHT_RECORDER if name not in own and RENAMED.get(name) not in own]
 
 
 def per_node_exec(config: JobConfig, workers_per_node: int) -> str:

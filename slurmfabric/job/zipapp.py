@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import os
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Optional
 
 from slurmfabric import __version__
 from slurmfabric.errors import UsageError
@@ -53,7 +54,7 @@ def sources(package: Path = PACKAGE) -> list[tuple[str, bytes]]:
     return out
 
 
-def bytecode(name: str, source: bytes) -> bytes:
+def _bytecode(name: str, source: bytes) -> bytes:
     """An unchecked hash-based .pyc of ``source`` for this interpreter (PEP 552 flags 0b01:
     never compared with the source, which cannot change inside the archive)."""
     code = compile(source, f"{CONTAINER_PATH}/{name}", "exec", dont_inherit=True)
@@ -98,14 +99,7 @@ def ensure(directory: Optional[Path] = None) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / f".{target.name}.{os.getpid()}.tmp"
         with open(tmp, "wb") as raw:
-            raw.write(b"#!/usr/bin/env python3\n")  # zipapp's shebang line: run as a program
-            with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as archive:
-                for name, data in [("__main__.py", MAIN.encode()), *files]:
-                    archive.writestr(zipfile.ZipInfo(name, _STAMP), data,
-                                     compress_type=zipfile.ZIP_DEFLATED)
-                    if name != "__main__.py":  # run as a script: never from bytecode
-                        archive.writestr(zipfile.ZipInfo(name + "c", _STAMP),
-                                         bytecode(name, data), compress_type=zipfile.ZIP_DEFLATED)
+            _write(raw, files, bytecode=True)
         tmp.chmod(0o755)
         os.replace(tmp, target)
     except OSError as exc:
@@ -113,3 +107,23 @@ def ensure(directory: Optional[Path] = None) -> Path:
                          f"set {ENV_DIR} to a writable directory that every compute node "
                          "sees") from None
     return target
+
+
+def archive(bytecode: bool = True) -> tuple[bytes, str]:
+    """(the zipapp's bytes, its digest), built in memory: for a Kubernetes ConfigMap
+    (job/k8s.py), whose 1 MiB limit leaves room for the sources but not their bytecode."""
+    files = sources()
+    buffer = io.BytesIO()
+    _write(buffer, files, bytecode)
+    return buffer.getvalue(), digest(files)
+
+
+def _write(raw: BinaryIO, files: list[tuple[str, bytes]], bytecode: bool) -> None:
+    raw.write(b"#!/usr/bin/env python3\n")  # zipapp's shebang line: run as a program
+    with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for name, data in [("__main__.py", MAIN.encode()), *files]:
+            zipped.writestr(zipfile.ZipInfo(name, _STAMP), data,
+                            compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+            if bytecode and name != "__main__.py":  # run as a script: never from bytecode
+                zipped.writestr(zipfile.ZipInfo(name + "c", _STAMP), _bytecode(name, data),
+                                compress_type=zipfile.ZIP_DEFLATED)

@@ -128,7 +128,7 @@ def find_ranks(job: str) -> list[dict[str, object]]:
                       "world": env.get("WORLD_SIZE") or env.get("SLURM_NTASKS") or "",
                       "progress_dir": env.get("SLURMFABRIC_PROGRESS_DIR", ""),
                       "step": env.get("SLURM_STEP_ID", ""),
-                      "flight_prefix": flight.prefix_from_env(env)})
+                      "flight_prefixes": flight.prefixes_from_env(env)})
     with_rank = [p for p in found if (p["env_rank"] or "").isdigit()]
     chosen = with_rank or [p for p in found if (p["procid"] or "").isdigit()]
     for p in chosen:
@@ -241,7 +241,8 @@ def collect(job: str, progress_dir: str | None = None,
     # where the ranks were told to write, unless the caller says
     dirs = {progress_dir} if progress_dir else {str(p["progress_dir"]) for p in procs
                                                 if p["progress_dir"]}
-    prefixes = {flight_prefix} if flight_prefix else {str(p["flight_prefix"]) for p in procs}
+    prefixes = {flight_prefix} if flight_prefix else {
+        str(prefix) for p in procs for prefix in p["flight_prefixes"]}
     beats: dict[str, object] = {}
     for directory in sorted(dirs):
         beats.update(read_beats(directory))

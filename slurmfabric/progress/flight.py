@@ -1,10 +1,10 @@
 """PyTorch's NCCL flight recorder dumps: read them without running them.
 
-With ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (newer: ``TORCH_FR_BUFFER_SIZE``) > 0 and
+With ``TORCH_FR_BUFFER_SIZE`` (torch <= 2.7: ``TORCH_NCCL_TRACE_BUFFER_SIZE``) > 0 and
 ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, ProcessGroupNCCL keeps a ring buffer of its last
 collectives and, when its watchdog times out, each rank writes it to
-``<TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>`` (newer: ``TORCH_FR_DUMP_TEMP_FILE``; default
-``/tmp/nccl_trace_rank_``). https://pytorch.org/docs/stable/torch_nccl_environment_variables.html
+``<TORCH_FR_DUMP_TEMP_FILE><rank>`` (torch <= 2.7: ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``;
+default ``/tmp/nccl_trace_rank_``; the names: rank/torchnames.py). https://pytorch.org/docs/stable/torch_nccl_environment_variables.html
 The file is a pickle of a dict: ``version``, ``pg_config``, ``entries`` (each:
 ``process_group`` (name, desc), ``collective_seq_id``, ``profiling_name`` such as
 ``nccl:all_reduce``, ``state`` scheduled|started|completed, ``frames``), as read by
@@ -24,7 +24,9 @@ import os
 import pickle
 from typing import Any
 
-PREFIX_ENV = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+from slurmfabric.rank.torchnames import RENAMED
+
+PREFIX_ENV = ("TORCH_FR_DUMP_TEMP_FILE", RENAMED["TORCH_FR_DUMP_TEMP_FILE"])
 DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 MAX_BYTES = 256 * 1024 * 1024
 
@@ -105,8 +107,8 @@ def collect(prefix: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def prefix_from_env(env: dict[str, str]) -> str:
-    for name in PREFIX_ENV:
-        if env.get(name):
-            return env[name]
-    return DEFAULT_PREFIX
+def prefixes_from_env(env: dict[str, str]) -> list[str]:
+    """Where a rank with ``env`` writes its dump: under either name (a torch >= 2.8 reads
+    the new one, an older torch the old one, and they may differ), else PyTorch's default."""
+    found = [env[name] for name in PREFIX_ENV if env.get(name)]
+    return list(dict.fromkeys(found)) or [DEFAULT_PREFIX]

@@ -303,3 +303,6 @@ def test_readme_submit_commands_run_as_written(cluster: Cluster, tmp_path: Path)
     assert status.endswith(f"{tmp_path}/smoke-cpu-{job_id}.out")
     records = rank_records("\n".join(output))
     check_ranks(records, cluster, proc.stdout)
+    # the flight recorder's names are the ones torch 2.13 reads: no rank warns (issue 42)
+    assert "TORCH_FR_BUFFER_SIZE" in (REPO / "tests" / "golden" / "smoke-cpu.sh").read_text()
+    assert "is deprecated; use TORCH_FR_" not in proc.stdout + proc.stderr

@@ -147,7 +147,8 @@ WARM_RANK = {"__future__", "slurmfabric", "slurmfabric.errors", "slurmfabric.cli
              "slurmfabric._common", "slurmfabric._common.record", "slurmfabric.slurm",
              "slurmfabric.slurm.hostlist"}
 WARM_EXTRA = {
-    # launch: rank/binding.py applies the binding (commands/launch.py imports it)
+    # launch: rank/binding.py applies the binding (commands/launch.py imports it); with the
+    # flight recorder's variables set (every rendered script), also rank/torchnames.py
     "launch": {"slurmfabric.commands.launch", "slurmfabric.rank.binding"},
     # env: textcheck quotes the export lines it prints
     "env": {"slurmfabric._common.textcheck"},
@@ -185,6 +186,9 @@ def test_a_warm_rank_imports_its_budget_and_nothing_else(tmp_path: Path,
     assert ["# plan: discovered" in origins[0], "# plan: cache" in origins[1]] == [True, True]
     found, out = imports(script, args, env)
     assert found == budget, sorted(found)
+    if args[0] == "launch":  # as a rendered script runs it: the flight recorder's names set
+        found, _ = imports(script, args, {**env, "TORCH_FR_BUFFER_SIZE": "2000"})
+        assert found == budget | {"slurmfabric.rank.torchnames"}, sorted(found)
     if args == ["env"]:
         assert "export SLURMFABRIC_CPUS=0-13,112-125\n" in out  # rank 0's, from the cache
 

@@ -115,12 +115,26 @@ def test_the_pods_get_gpus_rdma_ipc_lock_the_network_and_the_health_gate() -> No
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 8,
                                                 "rdma/rdma_shared_device_a": 1}
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
-    assert container["command"][:6] == ["torchrun", "--no-python", "slurmfabric", "launch",
-                                        "--mode", "torchrun"]
+    # a stock image lacks slurmfabric: the mounted zipapp, run by the image's python3
+    assert container["command"][:7] == ["torchrun", "--no-python", "python3",
+                                        "/opt/slurmfabric/slurmfabric.pyz", "launch", "--mode",
+                                        "torchrun"]
+    assert {"name": "slurmfabric", "mountPath": "/opt/slurmfabric", "readOnly": True} in \
+        container["volumeMounts"]
+    assert {"name": "slurmfabric", "configMap": {"name": k8smanifest.configmap_name()}} in \
+        pod["spec"]["volumes"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["NCCL_NET"] == "IB" and env["SLURMFABRIC_FABRIC_TYPE"] == "ib"
     (init,) = pod["spec"]["initContainers"]
-    assert init["command"] == ["slurmfabric", "health", "check"]
+    assert init["command"] == ["python3", "/opt/slurmfabric/slurmfabric.pyz", "health", "check"]
+    assert init["volumeMounts"] == [{"name": "slurmfabric", "mountPath": "/opt/slurmfabric",
+                                     "readOnly": True}]
+    # an image that has slurmfabric: its own, and no ConfigMap
+    own = rendered("pytorchjob", "kubernetes.slurmfabric=image")["spec"][
+        "pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert own["containers"][0]["command"][:3] == ["torchrun", "--no-python", "slurmfabric"]
+    assert own["initContainers"][0]["command"] == ["slurmfabric", "health", "check"]
+    assert "slurmfabric" not in json.dumps(own["volumes"])
     jobset = rendered("jobset")["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert jobset["completionMode"] == "Indexed" and jobset["parallelism"] == 16
     env = {e["name"]: e["value"] for e in jobset["template"]["spec"]["containers"][0]["env"]}
@@ -336,7 +350,7 @@ def test_mpijob_keeps_mpirun_args_and_exports_every_rank_variable() -> None:
                      "mpijob")
     launcher = launcher_container(manifest)
     command = launcher["command"]
-    head = command[:command.index("slurmfabric")]
+    head = command[:command.index("python3")]  # the zipapp, run by the image's python3
     assert head[-4:] == ["--mca", "pml", "ucx", "--report-bindings"]
     names = {e["name"] for e in launcher["env"]} - {"OMPI_ALLOW_RUN_AS_ROOT",
                                                      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}
@@ -390,6 +404,7 @@ nccl = {{ NCCL_IB_GID_INDEX = "3", NCCL_IB_TC = "106", NCCL_SOCKET_IFNAME = "eth
 [kubernetes]
 image = "nvcr.io#nvidia/pytorch:25.08-py3"
 namespace = "ml"
+slurmfabric = "image"
 """)
     job = k8smanifest.build(load_config(str(config), [], ""), "mpijob")
     launcher = launcher_container(job)
@@ -483,7 +498,7 @@ def test_nccl_tests_renders_as_the_mpi_operator_example_shapes_it() -> None:
     for run, expected in zip(runs, sbatch_runs):
         assert run[0] == "mpirun" and run[1:3] == ["-np", "8"]
         assert run[run.index("--") + 1:] == expected
-        head = run[:run.index("slurmfabric")]
+        head = run[:run.index("python3")]
         assert head[-2:] == ["-x", "LD_LIBRARY_PATH"] and "NCCL_DEBUG" in exported(head)
 
 
@@ -779,3 +794,51 @@ def test_launcher_slurmfabric_is_the_command_in_every_pod_and_stays_data(tmp_pat
     assert health == [str(fake), "health", "check"]
     mpi = launcher_container(build([*sets, "launcher.type=mpirun"], "mpijob"))["command"]
     assert mpi[mpi.index("--") - 4:mpi.index("--")] == [str(fake), "launch", "--mode", "mpi"]
+
+
+def test_where_the_pods_find_slurmfabric_is_said_and_contradictions_refused() -> None:
+    """The default mounts the zipapp's ConfigMap, and render names the command that creates
+    it; launcher.slurmfabric means the image has it; asking for both is one line, exit 2."""
+    base = [sys.executable, "-m", "slurmfabric", "render", "-c",
+            str(REPO / "examples" / "h100-fsdp.toml"), "--target", "jobset", "--set",
+            "program.modules=[]", "--set", "kubernetes.image=nvcr.io/nvidia/pytorch:24.07-py3",
+            "--set", "kubernetes.namespace=ml"]
+    proc = subprocess.run(base, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"slurmfabric: note: the pods run slurmfabric from ConfigMap " \
+        f"{k8smanifest.configmap_name()} with the image's python3; create it once in the " \
+        "job's namespace: slurmfabric zipapp --configmap --namespace ml | kubectl apply -f -" \
+        in proc.stderr
+    shell = yaml.safe_load(proc.stdout)["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"]["spec"]["containers"][0]["command"]
+    assert shell[:3] == ["/bin/sh", "-c", 'eval "$(python3 /opt/slurmfabric/slurmfabric.pyz '
+                         'env --no-plan)" && exec "$@"']
+    own = subprocess.run([*base, "--set", "launcher.slurmfabric=/opt/sf/bin/slurmfabric"],
+                         capture_output=True, text=True)
+    assert own.returncode == 0 and "note:" not in own.stderr
+    assert "configMap" not in own.stdout and '"/opt/sf/bin/slurmfabric"' in own.stdout
+    both = subprocess.run([*base, "--set", "launcher.slurmfabric=/opt/sf/bin/slurmfabric",
+                           "--set", "kubernetes.slurmfabric=configmap"],
+                          capture_output=True, text=True)
+    assert both.returncode == 2 and "Traceback" not in both.stderr
+    assert both.stderr.startswith("slurmfabric: error: kubernetes.slurmfabric = \"configmap\"")
+    bad = subprocess.run([*base, "--set", "kubernetes.slurmfabric=pip"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "kubernetes.slurmfabric" in bad.stderr
+
+
+def test_the_configmap_fits_and_runs(tmp_path: Path) -> None:
+    """The ConfigMap's zipapp is under the API's 1 MiB and runs with a plain python3."""
+    import base64
+
+    made = subprocess.run([sys.executable, "-m", "slurmfabric", "zipapp", "--configmap"],
+                          capture_output=True, text=True, check=True)
+    cm = yaml.safe_load(made.stdout)
+    assert cm["immutable"] is True and "namespace" not in cm["metadata"]
+    data = base64.b64decode(cm["binaryData"][k8smanifest.ZIPAPP_KEY])
+    assert len(data) < k8smanifest.CONFIGMAP_LIMIT
+    pyz = tmp_path / "slurmfabric.pyz"
+    pyz.write_bytes(data)
+    run = subprocess.run(["/usr/bin/python3", "-I", str(pyz), "hostlist", "expand", "n[1-3]"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.split() == ["n1", "n2", "n3"], run.stderr

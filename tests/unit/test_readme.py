@@ -120,6 +120,9 @@ ELSEWHERE: dict[str, str] = {
     " kubernetes.rdma_resource=rdma/rdma_shared_device_a --set kubernetes.networks=rdma-net"
     " --set kubernetes.namespace=ml --set 'program.modules=[]'":
         "tests/unit/test_k8smanifest.py::test_render_target_on_the_command_line",
+    "slurmfabric zipapp --configmap --namespace ml | kubectl apply -f -":
+        "tests/unit/test_k8s_pods.py::test_a_stock_image_runs_the_pods_slurmfabric_from_the_"
+        "configmap",
     "slurmfabric roce facts":
         "tests/unit/test_roce.py::test_a_lossless_node_matches_the_profile",
     "slurmfabric site install /etc/slurm/slurmfabric --config /etc/slurmfabric/site.toml":

@@ -571,11 +571,11 @@ def _run_env_block(script: str, tmp: Path, **env: str) -> dict[str, str]:
     lines = script.splitlines()
     first = next(i for i, line in enumerate(lines) if "NCCL flight recorder" in line)
     last = next(i for i, line in enumerate(lines)
-                if line.startswith("export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="))
+                if line.startswith("export TORCH_FR_DUMP_TEMP_FILE="))
     block = "\n".join(["set -euo pipefail", *lines[first:last + 1],
                        *[line for line in lines if "SLURMFABRIC_CHECKPOINT_DIR=" in line
                          or "SLURMFABRIC_PROGRESS_DIR=" in line],
-                       "env | grep -E '^(TORCH_NCCL|SLURMFABRIC_PROGRESS)' | sort"])
+                       "env | grep -E '^(TORCH_NCCL|TORCH_FR|SLURMFABRIC_PROGRESS)' | sort"])
     out = subprocess.run(["bash", "-c", block], cwd=tmp, capture_output=True, text=True,
                          env=clean_env(SLURM_JOB_ID="4242", **env), check=True).stdout
     return dict(line.split("=", 1) for line in out.splitlines())
@@ -591,23 +591,30 @@ def test_resume_script_gives_every_job_its_heartbeats_and_flight_dumps(tmp_path:
     # per job, under the checkpoint directory the nodes share; the dumps per job too
     assert got["SLURMFABRIC_PROGRESS_DIR"] == \
         f"{tmp_path}/checkpoints/slurmfabric/.slurmfabric/progress-4242"
-    assert got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{tmp_path}/nccl_trace_4242_rank_"
+    assert got["TORCH_FR_DUMP_TEMP_FILE"] == f"{tmp_path}/nccl_trace_4242_rank_"
     assert list(tmp_path.iterdir()) == []  # nothing written until a rank dumps
-    assert got["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert got["TORCH_FR_BUFFER_SIZE"] == "2000"
     assert got["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    # torch >= 2.8's names only: an old name beside them makes torch 2.13 warn on every rank
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in got
+    assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in got
 
 
 def test_the_users_flight_recorder_values_win_and_the_switch_turns_it_off(
         tmp_path: Path) -> None:
     script = render_sbatch(config("program.env.TORCH_NCCL_TRACE_BUFFER_SIZE=64"))
-    assert "TORCH_NCCL_TRACE_BUFFER_SIZE:-" not in script  # the config's own value only
+    # the config's own value only, under its own (old) name: no new name to outrank it
+    assert "TORCH_FR_BUFFER_SIZE" not in script
     assert "export TORCH_NCCL_TRACE_BUFFER_SIZE=64\n" in script
     got = _run_env_block(script, tmp_path, TORCH_NCCL_DEBUG_INFO_TEMP_FILE="/scratch/fr_",
                          TORCH_NCCL_DUMP_ON_TIMEOUT="0")
-    assert got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/scratch/fr_"  # the submit env wins
+    # the submit env wins, under either name: the new name takes the old one's value
+    assert got["TORCH_FR_DUMP_TEMP_FILE"] == "/scratch/fr_"
     assert got["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0"
+    got = _run_env_block(script, tmp_path, TORCH_FR_DUMP_TEMP_FILE="/scratch/new_")
+    assert got["TORCH_FR_DUMP_TEMP_FILE"] == "/scratch/new_"
     off = render_sbatch(config("launcher.nccl_flight_recorder=false"))
-    assert "TORCH_NCCL" not in off
+    assert "TORCH_NCCL" not in off and "TORCH_FR" not in off
     assert "TORCH_NCCL" not in render_sbatch(load_config(
         ROOT / "examples" / "nccl-tests-sweep.toml"))  # no PyTorch there
 

@@ -31,7 +31,8 @@ _DERIVED = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL
                       "sf_bin", "sf_check", "slurmfabric_job_env", "mpirun_bin"})
 # Diagnostics slurmfabric adds by default (launcher.nccl_flight_recorder, job/render.py):
 # compared only where the original set them too.
-_ADDED_DEFAULTS = frozenset({"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
+_ADDED_DEFAULTS = frozenset({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                             "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE",
                              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
 # srun options slurmfabric sets itself on its launch step (counts, error handling).
 _SRUN_OWN = ("--nodes", "--ntasks", "--ntasks-per-node", "--kill-on-bad-exit", "--jobid",
