@@ -185,7 +185,7 @@ def _sample(item: object) -> bool:
 def _selected(facts: RdmaFacts, expect: dict) -> list[PortFacts]:
     """Ports named in ``rdma_devices`` (``mlx5_0`` = all its ports, ``mlx5_0:1`` one port),
     else the rail set; with no rail known, the ports in the site's ``rdma_link_layer``, else
-    every port (then judged on state only, see ``check_ports``). In discovery order."""
+    every port (then only counted, see ``check_ports``). In discovery order."""
     wanted = list(expect.get("rdma_devices") or [])
     if wanted:
         return [p for p in facts.ports if p.name in wanted or p.name.split(":")[0] in wanted]
@@ -210,15 +210,19 @@ def _not_judged(facts: RdmaFacts, expect: dict, ports: list[PortFacts]) -> str:
 
 def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
     """The rails (or the site's ``rdma_devices``) up, at ``rdma_rate_gbps``, in
-    ``rdma_link_layer``. With no rail known (``facts.rails`` None) a port's speed is judged
-    only where the site config names its ports (devices or link layer): a frontend or
-    BlueField port at its own speed never drains a node on a guess."""
+    ``rdma_link_layer``. With no rail known (``facts.rails`` None) a port is judged only
+    where the site config names its ports (devices or link layer), else only the number of
+    healthy ports against ``rdma_ports``: a frontend or BlueField port at its own speed or
+    state never drains a node on a guess."""
     ports = _selected(facts, expect)
     want_n, want_rate = expect.get("rdma_ports"), expect.get("rdma_rate_gbps")
     want_layer = expect.get("rdma_link_layer")
     named = bool(expect.get("rdma_devices") or want_layer)
     unknown = facts.rails is None and not expect.get("rdma_devices")
-    judge_rate = bool(want_rate) and (facts.rails is not None or named)
+    # rail set unknown and no port named: no single port can fail the node, only too few
+    # healthy ports (rdma_ports) can
+    per_port = not unknown or named
+    judge_rate = bool(want_rate) and per_port
     bad, values, metrics = [], {}, []
     for name in expect.get("rdma_devices") or []:
         if not any(p.name == name or p.name.split(":")[0] == name for p in facts.ports):
@@ -241,19 +245,22 @@ def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
                             if port.rate_gbps is not None else "rate unreadable")
         if want_layer and port.link_layer != want_layer:
             problems.append(f"link layer {port.link_layer}, expected {want_layer}")
-        if problems:
-            bad.append(f"{port.name} {' '.join(problems)}")
-        else:
+        if not problems:
             healthy += 1
+        elif per_port:
+            bad.append(f"{port.name} {' '.join(problems)}")
     if want_n is not None and len(ports) < int(want_n):
         bad.insert(0, f"{len(ports)} RDMA ports found, expected {want_n}")
+    elif want_n is not None and not per_port and healthy < int(want_n):
+        bad.insert(0, f"{healthy} RDMA ports up, expected {want_n} (rail set unknown: "
+                      f"{facts.rails_unknown})")
     values["healthy_ports"] = healthy
     skipped = _not_judged(facts, expect, ports)
     info = []
     if unknown:
         values["rail_set"] = f"unknown ({facts.rails_unknown})"
         judged = (f"judged the {want_layer} ports" if want_layer
-                  else "judged every port's state, no rate")
+                  else "no port judged alone, only how many are up")
         info.append(f"rail set unknown ({facts.rails_unknown}): {judged}")
     if skipped:
         values["not_judged"] = skipped
