@@ -64,10 +64,8 @@ def parse_metric(text: str) -> dict[int, dict]:
         indent = len(line) - len(body)
         if indent == 0:
             stack = []
-            if key == "GPU" and value.strip().isdigit():
-                node: dict = {}
-                gpus[int(value)] = node
-                stack = [(0, node)]
+            if key == "GPU" and value.strip().isdigit():  # reports of one GPU merge
+                stack = [(0, gpus.setdefault(int(value), {}))]
             continue
         if not stack:
             continue
