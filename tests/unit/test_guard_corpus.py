@@ -16,6 +16,7 @@ Classes this corpus pins (each has real cases the code before issue 34 got wrong
 from __future__ import annotations
 
 import json
+import os
 import re
 from itertools import combinations
 from pathlib import Path
@@ -93,7 +94,7 @@ NCCL = {
 
 def test_every_corpus_file_is_covered_and_cited() -> None:
     for area, covered in (("nccl", NCCL), ("kernel", KERNEL), ("nccltests", NCCL_TESTS),
-                          ("dcgm", DCGM), ("roce", ROCE)):
+                          ("dcgm", DCGM), ("roce", ROCE), ("amd", AMD)):
         files = {p.name for p in (CORPUS / area).iterdir() if p.name != "SOURCES.md"}
         assert files == set(covered), area
         sources = (CORPUS / area / "SOURCES.md").read_text()
@@ -506,3 +507,39 @@ def test_ethtool_deltas_over_a_job(name: str) -> None:
     ctx = Context("epilog", "n1", job_id="1",
                   roce_before={port.name: {**before, "rx_discards_phy": 0}})
     assert roce_check.check_counters([lossy], {}, ctx).status == FAIL
+
+
+# file -> the amd.* verdicts it supports, replayed by the fake amd-smi (corpus/amd/SOURCES.md)
+AMD = {
+    "amdsmi-changelog-6.3-metric-pcie-2gpu-x16-32gts.txt": {"amd.pcie": "ok", "amd.count": "ok"},
+    "amdsmi-changelog-6.1.2-metric-power-2gpu-unthrottled.txt": {"amd.clocks": "ok"},
+    "amdsmi-changelog-6.1.1-metric-clock-1gpu-gfx0-7.txt": {"amd.clocks": "ok"},
+    "amdsmi-changelog-6.1.1-metric-ecc-ecc-blocks-zero.txt": {"amd.ecc": "ok"},
+    "amdsmi-changelog-6.1-metric-P-x16-16gts.txt": {"amd.pcie": "ok"},
+    "amdsmi-changelog-6.1-topology-8gpu-all-xgmi.txt": {"amd.xgmi": "ok"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(AMD))
+def test_amd_smi_reports(name: str, tmp_path: Path) -> None:
+    from slurmfabric.health.checks import amd
+
+    text = (CORPUS / "amd" / name).read_text()
+    topology = "topology" in name
+    gpus = len(amd.parse_link_table(text)) if topology else len(amd.parse_metric(text))
+    assert gpus
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(CORPUS.parent / "health" / "amdsmi" / "fake-amd-smi", bin_dir / "amd-smi")
+    (bin_dir / "metric.txt").write_text("" if topology else text)
+    (bin_dir / "topology.txt").write_text(text if topology else "")
+    for k in range(gpus):
+        dev = tmp_path / f"root/sys/bus/pci/drivers/amdgpu/0000:{k + 1:02x}:00.0"
+        dev.mkdir(parents=True)
+        (dev / "class").write_text("0x120000\n")
+    expect = {**amd.SITE_KEYS, "amd_smi": str(bin_dir / "amd-smi"),
+              "sysfs_root": str(tmp_path / "root")}
+    facts = amd.collect(expect, 10)
+    for check, verdict in AMD[name].items():
+        result = amd.CHECKS[check][0](facts, expect, None)
+        assert result.status == verdict, (check, result.reason)
