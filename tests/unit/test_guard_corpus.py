@@ -94,7 +94,7 @@ NCCL = {
 
 def test_every_corpus_file_is_covered_and_cited() -> None:
     for area, covered in (("nccl", NCCL), ("kernel", KERNEL), ("nccltests", NCCL_TESTS),
-                          ("dcgm", DCGM), ("roce", ROCE), ("amd", AMD)):
+                          ("dcgm", DCGM), ("roce", ROCE), ("amd", AMD), ("xid", XID)):
         files = {p.name for p in (CORPUS / area).iterdir() if p.name != "SOURCES.md"}
         assert files == set(covered), area
         sources = (CORPUS / area / "SOURCES.md").read_text()
@@ -226,12 +226,20 @@ def test_a_chain_that_stops_below_init_is_handled_not_a_failure() -> None:
 # dmesg / journal text as posted; the test turns it into /dev/kmsg records the way the
 # kernel writes them (one printk with newlines is one record, its newlines as \x0a)
 _STAMP = re.compile(r"^(?:\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )?\[\s*\d+\.\d+\] (?P<m>.*)$")
+# The other ways a kernel line is posted: dmesg -T / --ctime ("[Fri Aug 30 11:43:09 2024] "),
+# dmesg -x --time-format iso ("syslog:err   : 2025-05-27T04:18:56,089671+00:00 "), journalctl
+# -o short-iso ("2025-05-27T04:18:56+0000 host kernel: ") and a journal line cut to "kernel: "
+_OTHER_STAMPS = re.compile(
+    r"^(?:\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] "
+    r"|\w+:\w+ *: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+[+-]\d\d:\d\d "
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \S+ kernel: "
+    r"|kernel: )(?P<m>.*)$")
 
 
 def kmsg_records(text: str) -> list[str]:
     messages: list[str] = []
     for line in text.splitlines():
-        stamped = _STAMP.match(line)
+        stamped = _STAMP.match(line) or _OTHER_STAMPS.match(line)
         if stamped:
             messages.append(stamped.group("m"))
         elif line.startswith(" ") and messages:  # dmesg's continuation of one record
@@ -543,3 +551,40 @@ def test_amd_smi_reports(name: str, tmp_path: Path) -> None:
     for check, verdict in AMD[name].items():
         result = amd.CHECKS[check][0](facts, expect, None)
         assert result.status == verdict, (check, result.reason)
+
+
+# file -> (gpu.xid verdict, pieces of its reason): Xid lines as dmesg, dmesg -T, dmesg -x
+# --time-format iso and the journal print them (corpus/xid/SOURCES.md)
+XID = {
+    "gpud-46-dmesg-ctime-xid13-109.txt": (
+        "fail", ["Xid 109 on GPU 0000:cb:00 (ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR, RESET_GPU)"]),
+    "akash-support-244-dmesg-T-xid43-31-94.txt": (
+        "warn", ["Xid 43 on GPU 0000:00:05 (ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR, IGNORE)"]),
+    "bumblebee-677-dmesg-xid32-31.txt": (
+        "warn", ["Xid 32 on GPU 0000:01:00 (ROBUST_CHANNEL_PBDMA_ERROR, RESTART_APP)"]),
+    "gpud-870-dmesg-decode-iso-xid79.txt": (
+        "fail", ["Xid 79 on GPU 0000:04:00 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, "
+                 "RESTART_BM)"]),
+    "ogkm-1150-journal-kernel-xid45-after-149.txt": (
+        "warn", ["Xid 45 on GPU 0000:dc:00 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL, "
+                 "WORKFLOW_XID_45)"]),
+}
+XID_NUMBERS = {"gpud-46-dmesg-ctime-xid13-109.txt": {13, 109},
+               "akash-support-244-dmesg-T-xid43-31-94.txt": {43, 31, 94},
+               "bumblebee-677-dmesg-xid32-31.txt": {32, 31},
+               "gpud-870-dmesg-decode-iso-xid79.txt": {79},
+               "ogkm-1150-journal-kernel-xid45-after-149.txt": {45}}  # not "previous Xid 149"
+XID_COUNTS = {"gpud-46-dmesg-ctime-xid13-109.txt": 4,
+              "akash-support-244-dmesg-T-xid43-31-94.txt": 4,
+              "bumblebee-677-dmesg-xid32-31.txt": 3, "gpud-870-dmesg-decode-iso-xid79.txt": 1,
+              "ogkm-1150-journal-kernel-xid45-after-149.txt": 7}
+
+
+@pytest.mark.parametrize("name", sorted(XID))
+def test_xid_lines_in_every_log_format(name: str, tmp_path: Path) -> None:
+    result = judge_kernel_log((CORPUS / "xid" / name).read_text(), tmp_path)
+    verdict, pieces = XID[name]
+    assert result.status == verdict, result.reason
+    assert result.values["new_xids"] == XID_COUNTS[name]
+    assert all(piece in result.reason for piece in pieces), result.reason
+    assert {v["xid"] for v in result.values["xids"]} == XID_NUMBERS[name]
