@@ -498,3 +498,65 @@ def test_roce_link_flaps_counted_from_carrier_downs(tmp_path: Path) -> None:
     assert result.reason == "mlx5_0:1 link went down 2 times in 24 h (limit 2)"
     (net1 / "carrier_down_count").write_text("4\n")  # read first: a third down
     assert rdma.collect(str(root), history).flaps["mlx5_0:1"] == 3
+
+
+# -- 8. ports as ibstat and ibstatus print them: Polling, Down/LinkUp, a lower rate ----------
+
+_STATES = {"Active": "ACTIVE", "Down": "DOWN", "Initializing": "INIT", "Armed": "ARMED"}
+
+
+def ports_from(text: str) -> list[rdma.PortFacts]:
+    """``ibstat`` (CA 'x' / Port N: / State: Active) or ``ibstatus`` (Infiniband device 'x'
+    port N status: / state: 4: ACTIVE) -> the port facts rdma.ports judges, as the sysfs
+    reader makes them (topology/rdma.py: the word after "N: ", the rate's leading number)."""
+    ports: list[rdma.PortFacts] = []
+    fields: dict[str, str] = {}
+    name = ""
+
+    def flush() -> None:
+        if name and fields:
+            rate = fields.get("rate", "").split()
+            ports.append(rdma.PortFacts(
+                name, fields.get("state", ""), fields.get("phys state", ""),
+                float(rate[0]) if rate else None, fields.get("link layer", ""), {}))
+
+    ca = ""
+    for line in text.splitlines():
+        body = line.strip()
+        if body.startswith("CA '"):
+            ca = body.split("'")[1]
+        elif body.startswith("Port ") and body.endswith(":"):
+            flush()
+            name, fields = f"{ca}:{body[5:-1]}", {}
+        elif body.startswith("Infiniband device '"):
+            flush()
+            name, fields = f"{body.split(chr(39))[1]}:{body.split()[4]}", {}
+        elif ":" in body:
+            key, _, value = body.partition(":")
+            key = key.strip().lower().replace("_", " ").replace("physical", "phys")
+            value = value.strip()
+            if key in ("state", "phys state") and value[:1].isdigit():
+                value = value.split(": ", 1)[1]  # ibstatus: "4: ACTIVE", sysfs's own text
+            fields[key] = _STATES.get(value, value) if key == "state" else value
+    flush()
+    return ports
+
+
+@pytest.mark.parametrize(("name", "expect", "status", "reason"), [
+    ("gpud-482_ibstat_cx7-down-polling.txt",
+     {"rdma_ports": 1, "rdma_rate_gbps": 400, "rdma_link_layer": "InfiniBand"},
+     "fail", "mlx5_10:1 DOWN/Polling at 10 Gb/s, expected 400"),
+    ("network-operator-249_ibstat_down-linkup-200.txt",
+     {"rdma_ports": 1, "rdma_rate_gbps": 200, "rdma_link_layer": "InfiniBand"},
+     "fail", "mlx5_7:1 DOWN/LinkUp"),
+    ("nccl-1866_ibstatus_roce-100.txt",
+     {"rdma_ports": 2, "rdma_rate_gbps": 200, "rdma_link_layer": "Ethernet"},
+     "fail", "mlx5_0:1 at 100 Gb/s, expected 200; mlx5_1:1 at 100 Gb/s, expected 200"),
+    ("nccl-1866_ibstatus_roce-100.txt",
+     {"rdma_ports": 2, "rdma_rate_gbps": 100, "rdma_link_layer": "Ethernet"}, "ok", ""),
+])
+def test_ibstat_and_ibstatus_ports(name: str, expect: dict, status: str, reason: str) -> None:
+    ports = ports_from(corpus(name))
+    facts = rdma.RdmaFacts(ports, "peermem", "", tuple(p.name for p in ports))
+    result = rdma.check_ports(facts, expect, None)
+    assert (result.status, result.reason) == (status, reason)
