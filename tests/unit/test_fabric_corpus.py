@@ -554,6 +554,12 @@ def ports_from(text: str) -> list[rdma.PortFacts]:
      "fail", "mlx5_0:1 at 100 Gb/s, expected 200; mlx5_1:1 at 100 Gb/s, expected 200"),
     ("nccl-1866_ibstatus_roce-100.txt",
      {"rdma_ports": 2, "rdma_rate_gbps": 100, "rdma_link_layer": "Ethernet"}, "ok", ""),
+    ("gpud-99_ibstat_cx6dx-down-disabled-no-rate.txt",  # the post stops after the state
+     {"rdma_ports": 1, "rdma_rate_gbps": 100}, "fail", "mlx5_8:1 DOWN/Disabled rate unreadable"),
+    ("gpud-752_ibstat_active-200-then-ibpanic-mlx5_8.txt",
+     {"rdma_ports": 2, "rdma_rate_gbps": 200, "rdma_link_layer": "InfiniBand",
+      "rdma_devices": ["mlx5_7", "mlx5_8"]},
+     "fail", "1 RDMA ports found, expected 2; mlx5_8 missing"),
 ])
 def test_ibstat_and_ibstatus_ports(name: str, expect: dict, status: str, reason: str) -> None:
     ports = ports_from(corpus(name))

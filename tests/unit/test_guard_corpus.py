@@ -94,7 +94,8 @@ NCCL = {
 
 def test_every_corpus_file_is_covered_and_cited() -> None:
     for area, covered in (("nccl", NCCL), ("kernel", KERNEL), ("nccltests", NCCL_TESTS),
-                          ("dcgm", DCGM), ("roce", ROCE), ("amd", AMD), ("xid", XID)):
+                          ("dcgm", {**DCGM, **DCGM_DIAG}), ("roce", ROCE), ("amd", AMD),
+                          ("xid", XID)):
         files = {p.name for p in (CORPUS / area).iterdir() if p.name != "SOURCES.md"}
         assert files == set(covered), area
         sources = (CORPUS / area / "SOURCES.md").read_text()
@@ -233,6 +234,7 @@ _OTHER_STAMPS = re.compile(
     r"^(?:\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] "
     r"|\w+:\w+ *: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+[+-]\d\d:\d\d "
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \S+ kernel: "
+    r"|\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: "
     r"|kernel: )(?P<m>.*)$")
 
 
@@ -269,6 +271,8 @@ KERNEL = {
     "gpu-operator-649-rminitadapter-two-gpus.txt": ["GPU0 0000:04:01", "GPU1 0000:04:02"],
     "cmpunlocker-4-rminitadapter-attach.txt": ["0000:01:00"],
     "bumblebee-722-rminitadapter-minor-only.txt": ["GPU0 bus id not in the message"],
+    # journalctl's short format with no dmesg stamp after "kernel: " (issue 46)
+    "ogkm-1151-journal-rminitadapter-5080.txt": ["GPU0 0000:09:00"],
 }
 
 
@@ -470,6 +474,27 @@ def test_gpu_is_lost_status_lines_join_the_xid_or_stand_alone(tmp_path: Path) ->
 
 # dcgmi diag -j / nvvs -j: file -> (results, passed, version)
 DCGM = {"nvvs-3.1.0-8gpu-pass-uppercase-nulls.json": (80, 80, "3.1.0")}
+# level 2 as dcgmi -j prints it (DCGM 3.x layout), one GPU: issue 46
+DCGM_DIAG = {"virtualclient-dcgm3-r2-1gpu-pass.json": (11, "PCIe", "GPU Memory")}
+
+
+@pytest.mark.parametrize("name", sorted(DCGM_DIAG))
+def test_dcgmi_diag_level_2_report(name: str) -> None:
+    results, integration, hardware = DCGM_DIAG[name]
+    text = (CORPUS / "dcgm" / name).read_text()
+    facts = dcgm.parse(text)
+    assert len(facts["results"]) == results
+    assert {r["test"] for r in facts["results"] if r["gpu"] == 0} == {integration, hardware}
+    result = dcgm.check_dcgm(facts, {}, None)
+    assert result.status == OK and result.values["passed"] == results
+    # the same report with its memory test failed on GPU 0 names both
+    failed = text.replace('"info" : "GPU 0 Allocated 15206918958 bytes (97.3%)",\n'
+                          '\t\t\t\t\t\t\t\t"status" : "Pass"',
+                          '"info" : "GPU 0 Allocated 15206918958 bytes (97.3%)",\n'
+                          '\t\t\t\t\t\t\t\t"status" : "Fail"')
+    assert failed != text
+    bad = dcgm.check_dcgm(dcgm.parse(failed), {}, None)
+    assert bad.status == FAIL and bad.reason == "DCGM level None: GPU Memory on GPU0"
 
 
 @pytest.mark.parametrize("name", sorted(DCGM))
@@ -525,6 +550,9 @@ AMD = {
     "amdsmi-changelog-6.1.1-metric-ecc-ecc-blocks-zero.txt": {"amd.ecc": "ok"},
     "amdsmi-changelog-6.1-metric-P-x16-16gts.txt": {"amd.pcie": "ok"},
     "amdsmi-changelog-6.1-topology-8gpu-all-xgmi.txt": {"amd.xgmi": "ok"},
+    # no PCIE section in this report: cannot tell, a warning, never OK
+    "powerjoular-67-metric-radeon-unthrottled.txt": {"amd.clocks": "ok", "amd.ecc": "ok",
+                                                     "amd.pcie": "warn", "amd.count": "ok"},
 }
 
 
@@ -568,16 +596,21 @@ XID = {
     "ogkm-1150-journal-kernel-xid45-after-149.txt": (
         "warn", ["Xid 45 on GPU 0000:dc:00 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL, "
                  "WORKFLOW_XID_45)"]),
+    "gpud-1174-kmsg-gb200-xid149-145-94.txt": (
+        "fail", ["Xid 149 on GPU 0019:01:00 (NVLINK_NETIR_ERROR, WORKFLOW_NVLINK5_ERR)",
+                 "Xid 145 on GPU 0018:01:00 (NVLINK_RLW_ERROR, WORKFLOW_NVLINK5_ERR)"]),
 }
 XID_NUMBERS = {"gpud-46-dmesg-ctime-xid13-109.txt": {13, 109},
                "akash-support-244-dmesg-T-xid43-31-94.txt": {43, 31, 94},
                "bumblebee-677-dmesg-xid32-31.txt": {32, 31},
                "gpud-870-dmesg-decode-iso-xid79.txt": {79},
-               "ogkm-1150-journal-kernel-xid45-after-149.txt": {45}}  # not "previous Xid 149"
+               "ogkm-1150-journal-kernel-xid45-after-149.txt": {45},  # not "previous Xid 149"
+               "gpud-1174-kmsg-gb200-xid149-145-94.txt": {149, 145, 94}}
 XID_COUNTS = {"gpud-46-dmesg-ctime-xid13-109.txt": 4,
               "akash-support-244-dmesg-T-xid43-31-94.txt": 4,
               "bumblebee-677-dmesg-xid32-31.txt": 3, "gpud-870-dmesg-decode-iso-xid79.txt": 1,
-              "ogkm-1150-journal-kernel-xid45-after-149.txt": 7}
+              "ogkm-1150-journal-kernel-xid45-after-149.txt": 7,
+              "gpud-1174-kmsg-gb200-xid149-145-94.txt": 4}
 
 
 @pytest.mark.parametrize("name", sorted(XID))
