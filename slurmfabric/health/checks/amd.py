@@ -107,6 +107,12 @@ def parse_link_table(text: str) -> dict[str, list[str]]:
     return table
 
 
+def _section(parent: dict, key: str) -> dict:
+    """A nested section of a parsed report, {} when absent or a plain value."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _int(value: object) -> int | None:
     text = str(value).split()[0] if value not in (None, "") else ""
     return int(text) if text.isdigit() else None
@@ -198,10 +204,10 @@ def check_ecc(facts: AmdFacts, expect: dict, ctx) -> CheckResult:
     limit = int(expect.get("amd_ecc_correctable_max") or 0)
     bad, warn, values, metrics = [], [], {}, []
     for index, sections in sorted(facts.gpus.items()):
-        ecc = sections.get("ECC") if isinstance(sections.get("ECC"), dict) else {}
+        ecc = _section(sections, "ECC")
         counts = {kind: _int(ecc.get(f"TOTAL_{kind}_COUNT"))
                   for kind in ("UNCORRECTABLE", "DEFERRED", "CORRECTABLE")}
-        blocks = sections.get("ECC_BLOCKS") if isinstance(sections.get("ECC_BLOCKS"), dict) else {}
+        blocks = _section(sections, "ECC_BLOCKS")
         hit = [name for name, block in blocks.items() if isinstance(block, dict)
                and ((_int(block.get("UNCORRECTABLE_COUNT")) or 0)
                     or (_int(block.get("DEFERRED_COUNT")) or 0))]
@@ -235,7 +241,7 @@ def check_pcie(facts: AmdFacts, expect: dict, ctx) -> CheckResult:
         return skipped
     widths, values, metrics = {}, {}, []
     for index, sections in sorted(facts.gpus.items()):
-        pcie = sections.get("PCIE") if isinstance(sections.get("PCIE"), dict) else {}
+        pcie = _section(sections, "PCIE")
         width = _int(pcie.get("WIDTH"))
         replays = _int(pcie.get("REPLAY_COUNT"))
         labels = (("gpu", str(index)),)
@@ -263,13 +269,13 @@ def check_clocks(facts: AmdFacts, expect: dict, ctx) -> CheckResult:
         return skipped
     ceilings, values, throttled = {}, {}, []
     for index, sections in sorted(facts.gpus.items()):
-        clock = sections.get("CLOCK") if isinstance(sections.get("CLOCK"), dict) else {}
-        gfx = clock.get("GFX_0") if isinstance(clock.get("GFX_0"), dict) else {}
+        clock = _section(sections, "CLOCK")
+        gfx = _section(clock, "GFX_0")
         top = _int(gfx.get("MAX_CLK"))
         if top:
             ceilings[index] = top
             values[f"gpu{index}_gfx_max_mhz"] = top
-        power = sections.get("POWER") if isinstance(sections.get("POWER"), dict) else {}
+        power = _section(sections, "POWER")
         state = str(power.get("THROTTLE_STATUS") or "")
         if state and state not in ("UNTHROTTLED", "N/A"):
             throttled.append(f"GPU {index} {state}")
