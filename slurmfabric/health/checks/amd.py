@@ -64,8 +64,9 @@ def parse_metric(text: str) -> dict[int, dict]:
         indent = len(line) - len(body)
         if indent == 0:
             stack = []
-            if key == "GPU" and value.strip().isdigit():  # reports of one GPU merge
-                stack = [(0, gpus.setdefault(int(value), {}))]
+            index = _int(value) if key == "GPU" else None
+            if index is not None:  # reports of one GPU merge
+                stack = [(0, gpus.setdefault(index, {}))]
             continue
         if not stack:
             continue
@@ -114,8 +115,11 @@ def _section(parent: dict, key: str) -> dict:
 
 
 def _int(value: object) -> int | None:
-    text = str(value).split()[0] if value not in (None, "") else ""
-    return int(text) if text.isdigit() else None
+    """The leading count of a value ("16", "32 GT/s"): ASCII digits, at most 18 of them
+    (a counter, never "²" or a 5,000-digit string)."""
+    words = str(value).split() if value is not None else []
+    text = words[0] if words else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 # -- facts -----------------------------------------------------------------------------------
