@@ -6,11 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/slurmfabric-pycache-$(id -u)}"
+# bubblewrap: the container runtime a Kubernetes pod's command runs in (tests/unit/test_k8s_pods.py)
 # shellcheck source=scripts/setup-env.sh
-. scripts/setup-env.sh "shellcheck bubblewrap openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1 chromium fonts-dejavu-core" "test,nvml,diagnose"
+. scripts/setup-env.sh "shellcheck bubblewrap openmpi-bin libopenmpi-dev ibsim-utils libumad2sim0 infiniband-diags opensm slurmdbd mariadb-server lua5.1 chromium fonts-dejavu-core libslurm-dev gcc python3-dev" "test,nvml,diagnose"
+# The real pyslurm for the installed Slurm (GPL, optional, never vendored here): built once
+# into the venv from the tag of its release line, cached outside the checkout.
+bash scripts/build-pyslurm.sh
 
 echo "== ruff check"
 ruff check --no-cache slurmfabric tests benchmarks examples
+
+echo "== pyxis and enroot for the container tests (cached: seconds after the first run)"
+bash scripts/build-containers.sh
 
 echo "== slurmfabric testbed up --accounting"
 # Whatever the README's demo or an earlier run left (running without accounting, stopped,

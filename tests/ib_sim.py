@@ -197,3 +197,22 @@ class SimFabric:
         except subprocess.TimeoutExpired:
             print(f"ib_sim: ibsim pid {proc.pid} did not exit", file=sys.stderr)
         self.proc = None
+
+
+def start(workdir: Path, net_text: str) -> SimFabric:
+    """A running fabric with LIDs and routes (one opensm sweep); the test fails, never skips,
+    when the simulator packages are missing (CI installs PACKAGES)."""
+    import pytest
+
+    missing = missing_requirements()
+    if missing:
+        pytest.fail(f"simulated-fabric tests need {', '.join(missing)}: "
+                    f"apt-get install -y {' '.join(PACKAGES)}", pytrace=False)
+    sim = SimFabric(workdir, net_text)
+    try:
+        sim.start()
+        sim.opensm_once()
+    except BaseException:
+        sim.stop()
+        raise
+    return sim

@@ -86,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "$SLURMFABRIC_HEALTH_CONFIG or /etc/slurmfabric/health.toml)")
     _tool_options(p_audit)
 
+    p_routes = sub.add_parser("routes", help="the routes the subnet manager programmed "
+                              "(switch LFTs) against the cabling's shortest, and up-link balance")
+    p_routes.add_argument("--json", action="store_true")
+    p_routes.add_argument("--nodes", metavar="LIST", help="only pairs of these nodes (hostlist)")
+    p_routes.add_argument("--input", metavar="FILE", help="recorded 'iblinkinfo --line' output")
+    p_routes.add_argument("--lfts", metavar="FILE", help="recorded LFTs: 'ibroute LID' of every "
+                          "switch, concatenated (dump_lfts.sh)")
+    _tool_options(p_routes)
+
     p_links = sub.add_parser("links", help="show the parsed link table")
     p_links.add_argument("--node", metavar="NAME", help="only links of this node")
     p_links.add_argument("--local", action="store_true", help="this host's ports (ibstat)")
@@ -99,7 +108,38 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "links":
         return _links(args)
+    if args.action == "routes":
+        return _routes(args)
     return _audit(args)
+
+
+def _routes(args: argparse.Namespace) -> int:
+    from slurmfabric.ibaudit import routes
+
+    if bool(args.input) != bool(args.lfts):
+        raise UsageError("--input and --lfts go together (the cabling and the tables)",
+                         hint="record both, or give neither to read the fabric now")
+    tools = _tools(args)
+    namer = names.load_namer(args.node_map, args.name_pattern)
+    text = _read(args.input, "iblinkinfo output") if args.input else runner.iblinkinfo(tools)
+    ports = parse.parse_iblinkinfo(text)
+    if args.lfts:
+        tables = _read(args.lfts, "LFT dump")
+    else:
+        lids = {p.lid for p in ports if p.node_type == "Switch" and p.lid}
+        tables = runner.lfts(tools, lids)
+    switches = routes.parse_ibroute(tables)
+    if not switches:
+        raise UsageError(f"{args.lfts or 'ibroute'}: no switch forwarding table found",
+                         hint="record them with 'ibroute LID' for every switch (dump_lfts.sh)")
+    fabric = routes.build(ports, switches, namer)
+    findings = routes.check(fabric, set(_expect_nodes(args.nodes)) or None)
+    if args.json:
+        print(json.dumps({"switches": len(switches), "hcas": len(fabric.hcas),
+                          "findings": [f.to_dict() for f in findings]}, indent=2))
+    else:
+        print(routes.format_findings(findings))
+    return 1 if findings else 0
 
 
 def _read(path: str, what: str) -> str:

@@ -30,15 +30,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slurmfabric import",
         description="Write a slurmfabric config (TOML) for an existing sbatch script. The "
         "script is read, never run. What could not be mapped is printed with line numbers "
-        "on stderr.",
+        "on stderr. Exit 0: the config loads, renders and carries every line; 1: written, "
+        "with the lines still to fix listed at its top; 2: refused.",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the sbatch script to import")
     parser.add_argument("-o", "--output", metavar="CONFIG.toml",
                         help="write the config here instead of stdout")
     parser.add_argument("--check", action="store_true",
-                        help="render the config and run both scripts with bash among "
-                        "recording stand-ins (no Slurm needed); exit 1 when their request, "
-                        "launch or environment differ")
+                        help="render the config and run both scripts as batch jobs on the "
+                        "local testbed (slurmfabric testbed up), programs replaced by "
+                        "recording stand-ins; exit 1 when their request, steps, programs, "
+                        "environment or exit code differ. Without a running testbed both "
+                        "run with bash among stand-ins (weaker, said so)")
+    parser.add_argument("--stand-ins", action="store_true",
+                        help="with --check: run both scripts with bash among stand-ins, "
+                        "even when a testbed runs (no srun, sbatch or slurmstepd)")
     parser.add_argument("--quiet", action="store_true",
                         help="print only what was not mapped (not kept code, derived values)")
     return parser
@@ -73,20 +79,24 @@ def main(argv: list[str]) -> int:
         result = import_script(text)
     except ShellSyntaxError as exc:
         raise UsageError(f"{args.script}: {exc}", hint="check the script with bash -n") from None
-    header = (f"# Imported by 'slurmfabric import' from {Path(args.script).name}.\n"
-              "# Review program.setup/teardown (kept as code) and the notes it printed.\n")
-    toml = header + dumps(result.config)
+    from slurmfabric.job.importer.verdict import settle
+
+    verdict = settle(result, args.script)
+    toml = verdict.header(Path(args.script).name) + dumps(verdict.config)
     if args.output:
         Path(args.output).write_text(toml, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(toml)
     _print_notes(args.script, result.leftovers(), args.quiet)
+    if verdict.todo:
+        print(f"still to fix ({len(verdict.todo)}; listed at the top of the config, exit 1):",
+              file=sys.stderr)
+        for line in verdict.todo:
+            print(f"  {line}", file=sys.stderr)
     if not args.check:
-        return 0
-    from slurmfabric.job.importer.check import check
-
-    report = check(text, _validated(result.config))
+        return verdict.code
+    report = _check(text, _validated(verdict.config), args.stand_ins)
     for line in report.added:
         print(f"check: note: {line}", file=sys.stderr)
     for line in report.differences:
@@ -94,8 +104,26 @@ def main(argv: list[str]) -> int:
     if report.same:
         print("check: the rendered script requests, launches and exports what the original "
               "does", file=sys.stderr)
-        return 0
+        return verdict.code
     return 1
+
+
+def _check(text: str, config: Any, stand_ins: bool) -> Any:
+    """On the testbed when one runs (realcheck.py), else among stand-ins (check.py)."""
+    from slurmfabric.job.importer import realcheck
+
+    env = None if stand_ins else realcheck.testbed_env()
+    if env is not None:
+        print("check: running both scripts as batch jobs on the local testbed "
+              f"({env['SLURM_CONF']}); programs are recording stand-ins", file=sys.stderr)
+        return realcheck.check(text, config, env)
+    from slurmfabric.job.importer.check import check
+
+    why = "--stand-ins given" if stand_ins else "no testbed runs (slurmfabric testbed up)"
+    print(f"check: {why}: both scripts run with bash among stand-ins, a weaker check: no "
+          "real sbatch, srun or slurmstepd, one task per launcher, and what each task "
+          "runs is not compared step by step", file=sys.stderr)
+    return check(text, config)
 
 
 def _print_notes(script: str, notes: list[Any], quiet: bool) -> None:

@@ -1,10 +1,17 @@
-"""``slurmfabric nccl-tests parse FILE``: read nccl-tests results and compare with the fabric."""
+"""``slurmfabric nccl-tests parse FILE``: read nccl-tests results and compare with the fabric.
+
+Exit codes: 0 OK; 1 FAIL (#wrong > 0, out-of-bounds values, no rows, bandwidth below the
+expectation); 2 usage; 3 UNKNOWN: an expectation was given and the sweep ended below the
+size where bus bandwidth saturates, so it cannot say.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from itertools import chain
 
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
@@ -12,9 +19,10 @@ from slurmfabric.nccl.tests import (
     TestRun,
     discover_fabric,
     expected_busbw,
+    iter_runs,
     judge,
     nominal_gbytes,
-    parse,
+    parse_json,
 )
 
 
@@ -30,9 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Parse nccl-tests output. Expected bus bandwidth (the whatif model): the "
         "rail count x one rail's effective rate, 0.96 of its line rate on InfiniBand, less "
         "10 %% (8 x 400 Gb/s -> 346-384 GB/s); with --discover the node's rails and fabric "
-        "(InfiniBand or RoCE). Exit 1 on data errors or bandwidth below the expectation.",
+        "(InfiniBand or RoCE). Exit 1 on data errors or bandwidth below the expectation; "
+        "3 (cannot tell) when an expectation is given and the sweep ends below 1 GiB. "
+        "Reads the text output (launcher tags anywhere) or the -J JSON file.",
     )
-    parse_p.add_argument("file", help="nccl-tests output ('-' for stdin)")
+    parse_p.add_argument("file", help="nccl-tests output or its -J JSON file ('-' for stdin)")
     parse_p.add_argument("--json", action="store_true")
     how = parse_p.add_mutually_exclusive_group()
     how.add_argument("--rates", help="NIC port rates in Gb/s, comma-separated (400,400,...)")
@@ -73,31 +83,30 @@ def _rates(args: argparse.Namespace) -> list[float] | None:
     return None
 
 
-def _render(runs: list[TestRun], verdicts, rates, fabric: str = "ib") -> str:
-    lines = []
-    if rates:
-        low, high = expected_busbw(rates, fabric)
-        kind = "" if fabric == "ib" else f" {fabric.upper()}"
+def _fabric_line(rates: list[float], fabric: str = "ib") -> str:
+    low, high = expected_busbw(rates, fabric)
+    kind = "" if fabric == "ib" else f" {fabric.upper()}"
+    return (f"fabric: {len(rates)}{kind} ports, {nominal_gbytes(rates):.0f} GB/s line rate -> "
+            f"expected busbw {low:.0f}-{high:.0f} GB/s on large messages")
+
+
+def _render_run(run: TestRun, verdict) -> str:
+    name = run.collective or "nccl-tests"
+    hosts = ", ".join(run.hosts) or "?"
+    lines = [f"{name}: {len(run.devices) or '?'} ranks on {hosts}",
+             f"  {'size (B)':>12}  {'busbw oop':>9}  {'busbw ip':>8}  {'#wrong':>6}"]
+    for row in run.rows:
+        wrong = "N/A" if row.out_of_place.wrong is None else str(row.wrong)
         lines.append(
-            f"fabric: {len(rates)}{kind} ports, {nominal_gbytes(rates):.0f} GB/s line rate -> "
-            f"expected busbw {low:.0f}-{high:.0f} GB/s on large messages"
+            f"  {row.size:>12}  {row.out_of_place.busbw:>9.2f}  "
+            f"{row.in_place.busbw:>8.2f}  {wrong:>6}"
         )
-    for run, verdict in zip(runs, verdicts):
-        name = run.collective or "nccl-tests"
-        hosts = ", ".join(run.hosts) or "?"
-        lines.append(f"{name}: {len(run.devices) or '?'} ranks on {hosts}")
-        lines.append(f"  {'size (B)':>12}  {'busbw oop':>9}  {'busbw ip':>8}  {'#wrong':>6}")
-        for row in run.rows:
-            wrong = "N/A" if row.out_of_place.wrong is None else str(row.wrong)
-            lines.append(
-                f"  {row.size:>12}  {row.out_of_place.busbw:>9.2f}  "
-                f"{row.in_place.busbw:>8.2f}  {wrong:>6}"
-            )
-        if run.avg_busbw is not None:
-            lines.append(f"  avg bus bandwidth {run.avg_busbw:g} GB/s")
-        for finding in verdict.findings:
-            lines.append(f"  {finding}")
-        lines.append(f"  result: {'OK' if verdict.ok else 'FAIL'}")
+    if run.rows_total > len(run.rows):
+        lines.append(f"  ... {run.rows_total - len(run.rows)} more rows judged, not shown")
+    if run.avg_busbw is not None:
+        lines.append(f"  avg bus bandwidth {run.avg_busbw:g} GB/s")
+    lines += [f"  {finding}" for finding in verdict.findings]
+    lines.append(f"  result: {verdict.state}")
     return "\n".join(lines)
 
 
@@ -105,22 +114,59 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.fabric = "ib"
     rates = _rates(args)
-    from slurmfabric._common.inputfile import read_log_lines
-
-    text = read_log_lines(args.file, "nccl-tests output")
-    runs = parse(text)
-    if not runs:
+    runs = _read_runs(args.file)
+    first = next(runs, None)
+    if first is None:
         raise UsageError(
             f"{args.file}: no nccl-tests output found",
             hint="pass the stdout of all_reduce_perf (or another *_perf binary)",
         )
-    verdicts = [judge(run, rates, args.expect_busbw, args.fabric) for run in runs]
+    # one run at a time, printed as it is judged: a 200 MB output keeps no run it printed
+    states = set()
     if args.json:
-        print(json.dumps(
-            {"runs": [dict(run.to_dict(), verdict=v.to_dict()) for run, v in zip(runs, verdicts)],
-             "ok": all(v.ok for v in verdicts)},
-            indent=2,
-        ))
-    else:
-        print(_render(runs, verdicts, rates, args.fabric))
-    return 0 if all(v.ok for v in verdicts) else 1
+        print('{\n "runs": [')
+    elif rates:
+        print(_fabric_line(rates, args.fabric))
+    for count, run in enumerate(chain([first], runs)):
+        verdict = judge(run, rates, args.expect_busbw, args.fabric)
+        states.add(verdict.state)
+        if args.json:
+            body = json.dumps(dict(run.to_dict(), verdict=verdict.to_dict()), indent=2)
+            print(("," if count else "") + body)
+        else:
+            print(_render_run(run, verdict))
+    state = worst(states)
+    if args.json:
+        print(f'], "ok": {json.dumps(state == "OK")}, "verdict": "{state}"}}')
+    return EXIT[state]
+
+
+EXIT = {"OK": 0, "FAIL": 1, "UNKNOWN": 3}  # 2 is a usage error
+
+
+def worst(states) -> str:
+    found = set(states)
+    return next((s for s in ("FAIL", "UNKNOWN") if s in found), "OK")
+
+
+def _read_runs(path: str) -> Iterator[TestRun]:
+    """The output's runs as they end, read line by line (bounded memory); a file that
+    starts with ``{`` is nccl-tests' -J JSON, which it writes as one line (util.cu prints
+    no newline), so that file is read whole, not cut into lines."""
+    from slurmfabric._common import inputfile
+
+    if path == "-":  # standard input cannot be read twice: whole, within the cap
+        text = inputfile.read_text(path, "nccl-tests output", inputfile.RESULT_MAX_BYTES,
+                                   lenient=True)
+        if text.lstrip()[:1] == "{":
+            return iter(parse_json(text, path))
+        return iter_runs(text.splitlines())
+    lines = inputfile.iter_log_lines(path, "nccl-tests output")
+    first = next(lines, "")
+    while first.strip() == "" and first:
+        first = next(lines, "")
+    if first.lstrip().startswith("{"):
+        lines.close()
+        return iter(parse_json(inputfile.read_text(path, "nccl-tests JSON",
+                                                   inputfile.RESULT_MAX_BYTES), path))
+    return iter_runs(chain([first], lines))

@@ -102,9 +102,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
         # the CLI reads SLURMFABRIC_* variables; a library caller opts in
         config = load_config(args.config, args.sets, args.site_defaults, environment=True)
+    from slurmfabric.job.render import nccl_warnings
     from slurmfabric.job.usercode import check_code
 
-    for line in [*lookalikes(config), *check_code(config)]:
+    for line in [*lookalikes(config), *check_code(config), *nccl_warnings(config)]:
         print(f"slurmfabric: warning: {line}", file=sys.stderr)
     return config
 

@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="ask Slurm to validate the job (sbatch --test-only); no job starts")
     parser.add_argument("--backend", choices=("sbatch", "pyslurm", "auto"), default="sbatch",
                         help="sbatch (default), pyslurm (optional extra), or auto: pyslurm "
-                        "when it imports and matches the running Slurm")
+                        "when it is installed, matches the running Slurm's release line and "
+                        "can send this job as sbatch would (a dry run asks no Slurm)")
     parser.add_argument("--workdir", metavar="DIR",
                         help="directory to submit from (job output lands there by default)")
     parser.add_argument("--wait", action="store_true",
@@ -76,6 +77,7 @@ def main(argv: list[str]) -> int:
         slurmfabric_bin=chosen_bin(args, config),
         params=_params(args.params),
         script_args=script_args,
+        dry_run=args.dry_run,
     )
     if args.dry_run:
         sys.stdout.write(request.describe())

@@ -15,6 +15,11 @@ from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
 
 
+def _env_nodes() -> int:
+    text = os.environ.get("SLURM_JOB_NUM_NODES", "")
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmfabric topo",
@@ -49,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--nccl-version", default=None, help="NCCL version the job runs, e.g. 2.21.5"
+    )
+    parser.add_argument(
+        "--nodes", type=number(1, 100000, integer=True),
+        default=_env_nodes(), help="the job's node count, for --explain's NCCL settings at "
+        "scale (default: $SLURM_JOB_NUM_NODES or 1)"
     )
     parser.add_argument(
         "--fabric-type", choices=("auto", "ib", "roce", "efa", "tcp"),
@@ -135,9 +145,25 @@ def main(argv: list[str]) -> int:
     from slurmfabric.commands._topo_table import render
 
     print(render(topo, plan, explain=args.explain))
+    if args.explain:
+        print("\n".join(_scale_lines(plan, args.nodes)))
     if args.explain and not args.from_file and plan.fabric == "roce":
         print("\n".join(_roce_lines(topo, plan, args.sysfs_root or topo.root)))
     return 1 if plan.errors else 0
+
+
+def _scale_lines(plan, nodes: int) -> list[str]:
+    """NCCL settings for this fabric at the job's scale (plan/scale.py), the user's values
+    (the environment's NCCL_*) over the plan's, and the warnings they earn."""
+    from slurmfabric.plan import scale
+
+    env = {**plan.nccl_env, **{k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
+    fabric = plan.fabric if plan.fabric in ("ib", "roce", "tcp", "efa") else "auto"
+    lines = [f"NCCL settings for {fabric} at {nodes} node(s) (--nodes; "
+             "slurmfabric/plan/scale.py):"]
+    lines += [f"  {a.line()}" for a in scale.advice(fabric, nodes, env)]
+    lines += [f"  warning: {w}" for w in scale.warnings(fabric, nodes, env)]
+    return lines
 
 
 def _roce_lines(topo, plan, root: str) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from slurmfabric.commands._args import number
 from slurmfabric.errors import UsageError
+from slurmfabric.whatif import memory
 from slurmfabric.whatif import model as whatif
 
 
@@ -47,6 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one GPU at a fraction of its clocks, e.g. gpu007:3:0.5")
     p.add_argument("--no-gdr", action="store_true", help="GPUDirect RDMA off")
     p.add_argument("--no-pfc", metavar="NODE", help="RoCE: NODE's switch hop without PFC")
+    p.add_argument("--nodelist", metavar="HOSTLIST", help="the nodes' names, Slurm hostlist "
+                   "syntax (e.g. gpu[001-016]); faults must name one of them (default: any "
+                   "name numbered 0 to --nodes)")
+    p.add_argument("--tp", type=number(1, 64, integer=True), default=1,
+                   help="tensor parallel degree, inside a node (default 1)")
+    p.add_argument("--pp", type=number(1, 1024, integer=True), default=1,
+                   help="pipeline parallel stages, across nodes (default 1)")
+    p.add_argument("--price-per-gpu-hour", type=number(0, 1e6, low_open=True),
+                   metavar="PRICE", help="what one GPU-hour costs: prints the cost per step, "
+                   "per useful PFLOP and of each fault per day")
     p.add_argument("--sweep", action="store_true",
                    help="a table over node counts (1, 2, 4 ... --nodes) and fabrics")
     p.add_argument("--svg", metavar="FILE", help="with --sweep: write the step-time plot")
@@ -81,7 +92,36 @@ def job_from(args: argparse.Namespace) -> whatif.Job:
         tokens_per_gpu=args.tokens_per_gpu, seq=args.seq, sharded=not args.data_parallel,
         overlap=args.overlap,
         slow_link=(args.halve_cable, 0.5) if args.halve_cable else None,
-        slow_gpu=_slow_gpu(args.slow_gpu), gdr=not args.no_gdr, no_pfc=args.no_pfc)
+        slow_gpu=_slow_gpu(args.slow_gpu), gdr=not args.no_gdr, no_pfc=args.no_pfc,
+        tp=args.tp, pp=args.pp, nodelist=_nodelist(args.nodelist, args.nodes))
+
+
+def _nodelist(text: str | None, nodes: int) -> tuple[str, ...]:
+    if not text:
+        return ()
+    from slurmfabric.slurm.hostlist import expand
+
+    try:
+        names = tuple(expand(text))
+    except ValueError as exc:
+        raise UsageError(f"--nodelist {text!r}: {exc}", hint="e.g. --nodelist gpu[001-016]"
+                         ) from None
+    if len(names) != nodes:
+        raise UsageError(f"--nodelist {text!r} names {len(names)} nodes; --nodes is {nodes}",
+                         hint="give as many names as --nodes")
+    return names
+
+
+def cost_lines(job: whatif.Job, faults: list[dict], price: float) -> list[str]:
+    money = whatif.cost(job, price)
+    lines = [f"cost at {price:g} per GPU-hour: {money['per_hour']:,.2f} an hour, "
+             f"{money['per_step']:,.4f} a step, {money['per_useful_pflop']:,.4f} per useful "
+             f"PFLOP ({100 * money['premium']:.0f} % more than at perfect scaling, "
+             f"{money['ideal_per_useful_pflop']:,.4f})"]
+    for fault in faults:
+        lines.append(f"cost of {fault['fault']}: {money['per_day'] * fault['lost']:,.2f} a day "
+                     f"({100 * fault['lost']:.1f} % of {money['per_day']:,.2f})")
+    return lines
 
 
 def table(rows: list[dict]) -> str:
@@ -90,7 +130,8 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         lines.append(f"{row['fabric']:>6} {row['nodes']:>6} {row['step_s']:>9.2f} "
                      f"{row['busbw']:>11.1f} {100 * row['efficiency']:>10.1f}% "
-                     f"{row['tokens_per_s']:>12.0f}")
+                     f"{row['tokens_per_s']:>12.0f}"
+                     + ("" if row.get("fits", True) else "  (does not fit in GPU memory)"))
     return "\n".join(lines)
 
 
@@ -114,6 +155,13 @@ def main(argv: list[str]) -> int:
     if args.halve_cable and job.nodes == 1:
         raise UsageError("--halve-cable needs --nodes 2 or more: one node has no cable "
                          "between nodes")
+    try:
+        whatif.check(job)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    too_big = memory.refusal(job)
+    if too_big:
+        raise UsageError(too_big, hint="the estimate is in slurmfabric/whatif/memory.py")
     result = whatif.step(job)
     faults = whatif.faults(job)
     rows = whatif.sweep_rows(job) if args.sweep else []
@@ -126,9 +174,16 @@ def main(argv: list[str]) -> int:
         title = f"whatif: {job.params:.3g} parameters, {job.gpus_per_node} {job.gpu} per node"
         write_atomic(args.svg, svg.render(rows, title), 0o644)
     if args.json:
-        print(json.dumps({"job": {k: v for k, v in vars(job).items()},
-                          "step": result.to_dict(), "efficiency": whatif.efficiency(job),
-                          "faults": faults, "sweep": rows}, indent=2))
+        fp = memory.footprint(job)
+        out = {"job": {k: v for k, v in vars(job).items()}, "step": result.to_dict(),
+               "efficiency": whatif.efficiency(job), "faults": faults, "sweep": rows,
+               "memory_gb": {"states": fp.states_gb, "activations": fp.activations_gb,
+                             "capacity": fp.capacity_gb}}
+        if args.price_per_gpu_hour:
+            out["cost"] = whatif.cost(job, args.price_per_gpu_hour)
+            for fault in faults:
+                fault["cost_per_day"] = out["cost"]["per_day"] * fault["lost"]
+        print(json.dumps(out, indent=2))
         return 0
     print(whatif.step_line(job))
     for fault in faults:
@@ -141,6 +196,8 @@ def main(argv: list[str]) -> int:
         for command, line in fault["find"]:
             print(f"  find it: {command}")
             print(f"    prints: {line}")
+    if args.price_per_gpu_hour:
+        print("\n".join(cost_lines(job, faults, args.price_per_gpu_hour)))
     if rows:
         print(table(rows))
     if job.fabric != "tcp" and job.nodes > 1:

@@ -134,9 +134,24 @@ def torchrun_args_problems(args: list[str], resume_restarts: bool) -> list[str]:
 
 def torchrun_problems(launcher: Any, program: Any) -> list[str]:
     """launcher.torchrun_args and program.command against the launcher."""
+    per_node = launcher.per_node
+    if per_node.kind is None and (per_node.command or per_node.args):
+        return ["launcher.per_node: command/args without kind; accepted: kind = "
+                "\"accelerate\" or \"torchrun\""]
     if launcher.type != "torchrun":
         return ([f"launcher.torchrun_args: only used by torchrun, not {launcher.type}; "
-                 "accepted: unset"] if launcher.torchrun_args else [])
+                 "accepted: unset"] if launcher.torchrun_args else []) + (
+            [f"launcher.per_node: a per-node launcher runs in torchrun's place, not "
+             f"{launcher.type}'s; accepted: launcher.type = \"torchrun\""]
+            if per_node.kind else [])
+    if per_node.kind:
+        out = ["launcher.torchrun_args: torchrun does not run with launcher.per_node; "
+               "accepted: the launcher's own options in launcher.per_node.args"] \
+            if launcher.torchrun_args else []
+        if "worker_fail" in launcher.resume.events:
+            out.append("launcher.resume.events: worker_fail restarts torchrun's workers; a "
+                       "per-node launcher has no such option here; accepted: other events")
+        return out
     restarts = "worker_fail" in launcher.resume.events
     return [*torchrun_args_problems(launcher.torchrun_args, restarts),
             *torchrun_command_problems(launcher, program)]
@@ -206,6 +221,16 @@ def step_name_problem(name: str) -> str | None:
     return None
 
 
+def container_step_problems(steps: Any, program: Any) -> list[str]:
+    """A [[steps]] image is a pyxis option (srun --container-image); under Apptainer the
+    steps have no container form yet."""
+    runtime = program.container_runtime
+    return [f"steps[{i}].container_image: a step's image is a pyxis option, not rendered "
+            f"with program.container_runtime = {runtime!r}; accepted: unset (the step runs "
+            "on the node), or runtime 'pyxis'"
+            for i, step in enumerate(steps) if step.container_image and runtime != "pyxis"]
+
+
 def program_problems(program: Any, launcher: Any) -> list[str]:
     """The code and parameter fields against the launcher."""
     out: list[str] = []
@@ -216,6 +241,19 @@ def program_problems(program: Any, launcher: Any) -> list[str]:
         out.append("program.pass_args: launcher.resume.mode = 'chain' submits the successor "
                    "script without the first job's arguments; accepted: mode = 'requeue', or "
                    "program.params (the job's environment carries them to the successor)")
+    runtime = program.container_runtime
+    if runtime != "pyxis":
+        if not program.container_image:
+            out.append(f"program.container_runtime: {runtime!r} runs the ranks in "
+                       "program.container_image, which is unset; accepted: an image (a .sif "
+                       "file or a docker:// reference), or runtime 'pyxis'")
+        if any(arg.startswith("--container") for arg in launcher.srun_args):
+            out.append(f"launcher.srun_args: pyxis's --container-* options with "
+                       f"program.container_runtime = {runtime!r}; accepted: program."
+                       "container_image and program.container_mounts")
+        if launcher.type == "mpirun":
+            out.append(f"program.container_runtime: {runtime!r} with launcher.type 'mpirun' "
+                       "is not rendered yet; accepted: srun, srun-pmix, torchrun or nccl-tests")
     if program.teardown_on_failure and not program.teardown:
         out.append("program.teardown_on_failure: true without program.teardown; accepted: "
                    "teardown lines, or false")

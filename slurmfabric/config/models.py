@@ -296,6 +296,34 @@ class Rendezvous(Section):
         return self
 
 
+# The per-node launchers slurmfabric starts in torchrun's place, and their words by default.
+PER_NODE_COMMANDS = {"accelerate": ["accelerate", "launch"], "torchrun": ["torchrun"]}
+
+
+class PerNode(Section):
+    """Another launcher that runs once per node and starts its own workers, in torchrun's
+    place (``launcher.type = "torchrun"``): ``accelerate launch``, or a torchrun wrapper
+    such as ``tune run``. slurmfabric starts one per node and gives it the node count, the
+    node rank, the rendezvous address and port and the worker counts as its own options
+    (job/render.py ``per_node_exec``); the node's NCCL plan is in its environment."""
+
+    kind: Optional[Literal["accelerate", "torchrun"]] = None
+    command: list[str] = Field(default_factory=list)  # default: PER_NODE_COMMANDS[kind]
+    args: list[str] = Field(default_factory=list)  # its own options (data), before the program
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        bad = _program_problem(value[0], "per_node.command") if value else None
+        if bad:
+            raise ValueError(bad)
+        return value
+
+    @property
+    def words(self) -> list[str]:
+        return self.command or list(PER_NODE_COMMANDS.get(self.kind or "", []))
+
+
 class NcclTests(Section):
     """One nccl-tests binary run per op (``all_reduce`` -> ``all_reduce_perf``)."""
 
@@ -420,6 +448,8 @@ class LauncherSection(Section):
     # One output file per srun task of the launch step (srun --output; %t is the task,
     # %j the job, %x its name), so 'slurmfabric jobs logs --rank N' finds a rank's lines.
     task_output: Optional[str] = None
+    # [launcher.per_node]: accelerate launch (or a torchrun wrapper) in torchrun's place
+    per_node: PerNode = Field(default_factory=PerNode)
     nccl_tests: NcclTests = Field(default_factory=NcclTests)
     resume: ResumeSection = Field(default_factory=ResumeSection)
 
@@ -488,6 +518,9 @@ class ProgramSection(Section):
     env_expand: dict[str, str] = Field(default_factory=dict)
     container_image: Optional[str] = None
     container_mounts: list[str] = Field(default_factory=list)
+    # How the ranks enter container_image: pyxis (srun --container-image), or Apptainer /
+    # Singularity ('apptainer exec --bind MOUNTS IMAGE' before each rank's command).
+    container_runtime: Literal["pyxis", "apptainer", "singularity"] = "pyxis"
     modules: list[str] = Field(default_factory=list)
     # Code by the user's explicit choice (job/usercode.py): rendered verbatim into marked
     # sections and shellchecked at render. Every other field is data.
@@ -1026,6 +1059,7 @@ class JobConfig(BaseSettings):
 
         problems = cross_field_problems(self.job, self.launcher, self.program)
         problems += launchrules.program_problems(self.program, self.launcher)
+        problems += launchrules.container_step_problems(self.steps, self.program)
         problems += launchrules.torchrun_problems(self.launcher, self.program)
         problems += launchrules.mpirun_args_problems(self.launcher.mpirun_args)
         problems += launchrules.steps_problems(self.steps, self.job,

@@ -190,46 +190,32 @@ class ScontrolBackend:
 
 
 class PyslurmBackend:
-    """pyslurm 25.11's ``Node``/``Nodes`` API. Records use scontrol's keys so the rules
-    above stay the same: ``Node.state`` is Slurm's complete state string (``IDLE+DRAIN``)
-    and ``Node.reason`` the bare reason (None when unset). pyslurm reads SLURM_CONF itself."""
+    """The site's pyslurm, through slurm/pyslurm.py (the one module that calls it, with
+    the one version check). Records use scontrol's keys so the rules above stay the same."""
 
     name = "pyslurm"
 
     def __init__(self) -> None:
+        from slurmfabric.slurm import pyslurm as slurm_pyslurm  # only when configured
+
         try:
-            import pyslurm  # optional, GPL: only when the site configured this backend
-        except ImportError as exc:
+            self.nodes_api = slurm_pyslurm.Nodes()
+        except slurm_pyslurm.PyslurmError as exc:
             raise HealthError(
-                f"drain_backend = \"pyslurm\" but pyslurm cannot be imported ({exc})",
-                hint="install pyslurm built for this Slurm version (its major.minor must "
-                "match), or set [runner] drain_backend = \"scontrol\" in health.toml",
+                f"drain_backend = \"pyslurm\" but pyslurm cannot be used: {exc}",
+                hint="build pyslurm from the tag of this Slurm's release line "
+                "(docs/launch.md), or set [runner] drain_backend = \"scontrol\" in "
+                "health.toml",
             ) from exc
-        self.pyslurm = pyslurm
-
-    @staticmethod
-    def _record(node) -> dict[str, str]:
-        return {"NodeName": str(node.name), "State": str(node.state or ""),
-                "Reason": str(node.reason or "")}
-
-    def _call(self, what: str, func):
-        try:
-            return func()
-        except Exception as exc:  # pyslurm.RPCError and libslurm failures alike
-            raise SlurmCommandError(f"pyslurm {what} failed: {exc}") from exc
 
     def nodes(self) -> list[dict[str, str]]:
-        return self._call("Nodes.load()", lambda: [
-            self._record(n) for n in self.pyslurm.Nodes.load().values()])
+        return self.nodes_api.all()
 
     def node(self, name: str) -> dict[str, str]:
-        return self._call(f"Node.load({name!r})",
-                          lambda: self._record(self.pyslurm.Node.load(name)))
+        return self.nodes_api.one(name)
 
     def update(self, name: str, state: str, reason: str | None = None) -> None:
-        changes = {"state": state} if reason is None else {"state": state, "reason": reason}
-        self._call(f"Node.modify({name!r}, {changes})", lambda: self.pyslurm.Node.load(
-            name).modify(self.pyslurm.Node(**changes)))
+        self.nodes_api.update(name, state, reason)
 
 
 def backend_for(name: str, env: dict[str, str] | None = None):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from slurmfabric._common import probe as _probe
 from slurmfabric.errors import TopologyError
 
-TOOLS = ("iblinkinfo", "perfquery", "ibstat")
+TOOLS = ("iblinkinfo", "perfquery", "ibstat", "ibroute")
 
 
 @dataclass
@@ -82,6 +82,13 @@ def run_tool(tools: Tools, tool: str, args: Iterable[str] = ()) -> str:
 def iblinkinfo(tools: Tools) -> str:
     """``iblinkinfo --line``: one line per port with both ends' GUIDs."""
     return run_tool(tools, "iblinkinfo", ["--line"])
+
+
+def lfts(tools: Tools, switch_lids: Iterable[int]) -> str:
+    """Every switch's unicast LFT (``ibroute LID``), concatenated as dump_lfts.sh does."""
+    lids = sorted(set(switch_lids))
+    with ThreadPoolExecutor(max_workers=max(1, tools.jobs)) as pool:
+        return "".join(pool.map(lambda lid: run_tool(tools, "ibroute", [str(lid)]), lids))
 
 
 def ibstat(tools: Tools) -> str:

@@ -96,6 +96,15 @@ def lookalikes(config: Any) -> list[str]:
             out.append(f"{field}: {value!r} stays literal text (values are data); for run-time "
                        f"variables set program.env_expand.{name} with ${{NAME}} forms, e.g. "
                        f"{_braced(value)!r}")
+    for table in ("env_prepend", "env_append"):
+        for name, value in sorted(getattr(program, table).items()):
+            if "$" in value or "`" in value:
+                whole = f"{value}:${{{name}}}" if table == "env_prepend" \
+                    else f"${{{name}}}:{value}"
+                out.append(f"program.{table}.{name}: {value!r} stays literal text (the part "
+                           f"{'added' if table == 'env_prepend' else 'appended'} is data); for "
+                           f"run-time variables in it set program.env_expand.{name} = "
+                           f"{_braced(whole)!r} instead")
     for index, arg in enumerate(program.command):
         if index:  # ${NAME} of a declared parameter expands (program_argv)
             arg = _TOKEN.sub(lambda m: "" if m.group(1) in program.params else m.group(0), arg)

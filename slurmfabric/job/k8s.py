@@ -111,6 +111,16 @@ def _refuse_unhonoured(config: Any, target: str) -> None:
         raise UsageError(f"{field} has no Kubernetes form: environment modules ('module "
                          "load') are a host's software, and a pod runs only its image's",
                          hint=f"install that software in kubernetes.image, and drop {field}")
+    if config.program.container_runtime != "pyxis":
+        raise UsageError(f"program.container_runtime {config.program.container_runtime!r} has "
+                         "no Kubernetes form: a pod runs its image itself, not through "
+                         "apptainer exec", hint="drop program.container_runtime and give an "
+                         "OCI image in kubernetes.image for a Kubernetes target")
+    if config.launcher.per_node.kind:
+        raise UsageError("launcher.per_node.kind has no Kubernetes form here: the operators "
+                         "start torchrun in every pod, not another per-node launcher",
+                         hint="drop [launcher.per_node] and give the worker command in "
+                         "program.command for a Kubernetes target")
     if config.launcher.resume.enabled:
         raise UsageError("launcher.resume.events has no Kubernetes form: a pod has no Slurm "
                          "time-limit signal or requeue", hint="drop launcher.resume.events "

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 # srun(1) options that take a value (long names; short ones below).
 SRUN_VALUE = frozenset({
-    "account", "acctg-freq", "begin", "bcast", "chdir", "clusters", "comment", "constraint",
+    "account", "acctg-freq", "begin", "chdir", "clusters", "comment", "constraint",
     "container", "container-image", "container-mounts", "container-workdir", "container-name",
     "container-env", "core-spec", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task",
     "dependency", "distribution", "error", "exclude", "export", "gpu-bind", "gpus",
     "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "het-group",
-    "input", "job-name", "jobid", "kill-on-bad-exit", "licenses", "mem", "mem-bind",
+    "input", "job-name", "jobid", "licenses", "mem", "mem-bind",
     "mem-per-cpu", "mem-per-gpu", "mpi", "network", "nodefile", "nodelist", "nodes",
     "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket",
     "open-mode", "output", "partition", "prolog", "qos", "relative", "reservation",
     "signal", "slurmd-debug", "task-epilog", "task-prolog", "threads", "time", "wait",
 })
+# srun(1) options whose argument is optional ("--kill-on-bad-exit[=0|1]", "--bcast[=<dest_path>]"
+# in its OPTIONS, Slurm 22.05 and 24.11): getopt_long reads their value only when attached
+# ("--kill-on-bad-exit=1", "-K1"), so "--kill-on-bad-exit ./wrap.sh" runs ./wrap.sh.
+SRUN_OPTIONAL = frozenset({
+    "bcast", "compress", "exclusive", "immediate", "kill-on-bad-exit", "nice", "no-kill",
+    "propagate", "resv-ports", "send-libs",
+})
+SRUN_SHORT_OPTIONAL = {"I": "immediate", "K": "kill-on-bad-exit", "k": "no-kill"}
 SRUN_SHORT_VALUE = {
     "A": "account", "c": "cpus-per-task", "C": "constraint", "D": "chdir",
     "d": "dependency", "e": "error", "G": "gpus", "i": "input", "J": "job-name",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from slurmfabric.errors import UsageError
+from slurmfabric.slurm import pyslurm as slurm_pyslurm
 
 # The config classes of slurmfabric/config/models.py, which are not imported here: the
 # model's own checks read this table (extra_sbatch_problems), so an import back would be a
@@ -312,10 +313,11 @@ def sbatch_options(config: JobConfig) -> list[str]:
     return sorted(option.sbatch_line(value) for option, value in given(config))
 
 
-def pyslurm_fields(config: JobConfig) -> dict[str, Any]:
-    """The same options as JobSubmitDescription attributes. Raw ``extra_sbatch`` lines have
-    no attribute, so they are refused rather than dropped (pyslurm's own #SBATCH parser,
-    load_sbatch_options, splits on '=' and '#' and is not used)."""
+def pyslurm_fields(config: JobConfig, version: Optional[str] = None) -> dict[str, Any]:
+    """The same options as JobSubmitDescription attributes of pyslurm ``version`` (None: any
+    release line). Raw ``extra_sbatch`` lines have no attribute, so they are refused rather
+    than dropped (pyslurm's own #SBATCH parser, load_sbatch_options, splits on '=' and '#'
+    and is not used); so is a value that pyslurm would not send as sbatch does."""
     if config.job.components:
         raise UsageError(
             "job.components: a heterogeneous job cannot be passed through the pyslurm backend "
@@ -333,5 +335,15 @@ def pyslurm_fields(config: JobConfig) -> dict[str, Any]:
         raise UsageError(f"{', '.join(missing)} cannot be passed through the pyslurm backend "
                          "(JobSubmitDescription has no such attribute)",
                          hint="use --backend sbatch")
-    return {option.pyslurm: option.to_pyslurm(value) for option, value in options
-            if option.pyslurm}
+    fields = {option.pyslurm: option.to_pyslurm(value) for option, value in options
+              if option.pyslurm}
+    refused = slurm_pyslurm.unsupported(fields, version)
+    for option, value in options:
+        if option.pyslurm in refused:
+            raise UsageError(f"{_field(option)} = {_shown(value)}: {refused[option.pyslurm]}",
+                             hint="use --backend sbatch")
+    return fields
+
+
+def _shown(value: Any) -> str:
+    return repr(value.sbatch()) if isinstance(value, Signal) else repr(value)

@@ -199,6 +199,25 @@ def nccl_exports(config: JobConfig) -> dict[str, str]:
     return job_env(config.fabric.type, config.fabric.nccl)
 
 
+def nccl_advice(config: JobConfig) -> list[str]:
+    """The script's comment lines on the NCCL settings that matter at this job's fabric and
+    scale (plan/scale.py); they explain, the exports decide."""
+    from slurmfabric.job.options import total_nodes
+    from slurmfabric.plan import scale
+
+    return [a.line() for a in scale.advice(config.fabric.type, total_nodes(config),
+                                           nccl_exports(config))]
+
+
+def nccl_warnings(config: JobConfig) -> list[str]:
+    """fabric.nccl values that contradict NCCL's rules or fabric.type (render warns)."""
+    from slurmfabric.job.options import total_nodes
+    from slurmfabric.plan import scale
+
+    return scale.warnings(config.fabric.type, total_nodes(config), config.fabric.nccl,
+                          where="fabric.nccl.")
+
+
 # pyxis's srun options (https://github.com/NVIDIA/pyxis/wiki/Usage, `srun --help`): those
 # taking a value, and the flags.
 PYXIS_VALUE = frozenset({"container-image", "container-mounts", "container-workdir",
@@ -264,8 +283,22 @@ def _array_word(text: str) -> str:
 
 
 def container(config: JobConfig) -> Optional[dict[str, Any]]:
-    """The container options every srun step of the job shares (pyxis), or None."""
+    """The container options every srun step of the job shares (pyxis), or None. Under
+    Apptainer/Singularity the steps take no options; ``exec`` is the command every rank
+    (and the image check) starts with instead."""
     image = config.program.container_image
+    runtime = config.program.container_runtime
+    if runtime != "pyxis" and image:
+        # apptainer exec (https://apptainer.org/docs/user/main/cli/apptainer_exec.html):
+        # --bind src[:dest[:opts]],... as program.container_mounts are written; --nv gives
+        # the job's GPUs; the host environment passes in by default.
+        binds = ",".join([f":{zipapp.CONTAINER_PATH}:ro", *config.program.container_mounts])
+        words = [runtime, "exec"] + (["--nv"] if config.job.gpus_per_node else [])
+        exec_words = qargs(words) + ' --bind "$sf_pyz"' + _array_word(binds) + " " + q(image)
+        return {"image": Shell(q(image)), "words": Shell(""), "exec": Shell(exec_words),
+                "env": Shell(q(",".join(container_env_names(config)))),
+                "srun_args": Shell(qargs(config.launcher.srun_args)),
+                "pyz": Shell(q(zipapp.CONTAINER_PATH)), "runtime": runtime}
     pyxis, other = split_pyxis_args(config.launcher.srun_args)
     names = [value for option, value in zip(pyxis, [*pyxis[1:], ""])
              if option.startswith("--container-name")
@@ -283,7 +316,7 @@ def container(config: JobConfig) -> Optional[dict[str, Any]]:
     words += [_array_word(a) for a in pyxis]
     # the check names the image, or the existing container a name-only job runs in
     return {"image": Shell(q(image or names[0])), "words": Shell(" ".join(words)),
-            "env": Shell(q(env)),
+            "env": Shell(q(env)), "runtime": "pyxis",
             "srun_args": Shell(qargs(other)), "pyz": Shell(q(zipapp.CONTAINER_PATH))}
 
 
@@ -321,6 +354,27 @@ def flight_recorder(config: JobConfig) -> list[str]:
     return [name for name in FLIGHT_RECORDER if name not in own]
 
 
+def per_node_exec(config: JobConfig, workers_per_node: int) -> str:
+    """The bash code that execs a per-node launcher (``"${@:2:$1}"``, its ``$1`` words) with
+    what slurmfabric supplies on this node, then the rest (its options, the program).
+    NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT come from 'slurmfabric launch --mode
+    torchrun' in this one-task-per-node step (rank/env.py, node scope). Option names:
+    accelerate launch (https://huggingface.co/docs/accelerate/package_reference/cli,
+    "accelerate launch": --num_machines, --machine_rank, --main_process_ip,
+    --main_process_port, --num_processes, the total) and torchrun (torch/distributed/run.py:
+    --nnodes, --node_rank, --master_addr, --master_port, --nproc_per_node; a wrapper such
+    as 'tune run' passes them on)."""
+    w = workers_per_node
+    supplied = {
+        "accelerate": ('--num_machines "$NNODES" --machine_rank "$NODE_RANK" '
+                       '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" '
+                       f'--num_processes "$((NNODES * {w}))"'),
+        "torchrun": ('--nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" '
+                     f'--master_port "$MASTER_PORT" --nproc_per_node {w}'),
+    }[config.launcher.per_node.kind or "torchrun"]
+    return f'exec "${{@:2:$1}}" {supplied} "${{@:$1+2}}"'
+
+
 def _context(config: JobConfig, slurmfabric_bin: Optional[str],
              rerender: Optional[str] = None) -> dict[str, Any]:
     ops = config.launcher.nccl_tests
@@ -337,15 +391,20 @@ def _context(config: JobConfig, slurmfabric_bin: Optional[str],
         "sf": node_bin(config, slurmfabric_bin),
         "container": the_container,
         # the ranks' slurmfabric: in a container, the mounted zipapp run by the image's python3
-        "sf_rank": Shell("python3 " + q(zipapp.CONTAINER_PATH)) if the_container
+        "sf_rank": Shell(('"${sf_exec[@]}" ' if the_container and "exec" in the_container
+                          else "") + "python3 " + q(zipapp.CONTAINER_PATH)) if the_container
         else q(node_bin(config, slurmfabric_bin)),
         "mpirun_binds": any(arg.lstrip("-").startswith("bind-to")
                             for arg in config.launcher.mpirun_args),
         "tasks_per_node": job_shape.tasks_per_node,
         **_layout(config, job_shape.tasks_per_node),
         "workers_per_node": job_shape.workers_per_node,
+        "per_node_exec": per_node_exec(config, job_shape.workers_per_node),
+        "per_node_opts": Shell(" --no-bind" * config.launcher.bind
+                               + usercode.launch_options(config)),
         "port_range": "{}-{}".format(*config.launcher.rendezvous.port_range),
         "nccl_exports": nccl_exports(config),
+        "nccl_advice": nccl_advice(config),
         "nccl_tests_binaries": binaries,
         "sbatch_options": sbatch_options(config),
         "component_sbatch_options": component_sbatch_options(config),

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from slurmfabric.config.models import JobConfig
-from slurmfabric.errors import SubmitError, UsageError
+from slurmfabric.errors import SlurmCommandError, UsageError
 from slurmfabric.job import options
 from slurmfabric.job.render import render_sbatch
 from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import pyslurm as slurm_pyslurm
 
 BACKENDS = ("sbatch", "pyslurm", "auto")
-PYSLURM_HINT = ("install pyslurm built for this cluster's Slurm (its X.Y is Slurm's: "
-                "pip install 'slurmfabric[pyslurm]' pins 25.11.*), or use --backend sbatch")
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,8 @@ class SubmitRequest:
         if self.workdir:
             lines.append(f"# workdir: {self.workdir}")
         if self.backend == "pyslurm" and not self.test_only:
-            lines.append(f"# fields: {self.pyslurm_fields!r}")
+            sent = {**self.pyslurm_fields, **slurm_pyslurm.sbatch_counts(self.pyslurm_fields)}
+            lines.append(f"# fields: {sent!r}")
             lines.append(f"# command: {self.command()[0]}")
         else:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.params.items()))
@@ -76,56 +76,34 @@ class SubmitRequest:
         return "\n".join(lines) + "\n" + self.script
 
 
-def pyslurm_fields(config: JobConfig, workdir: Optional[str] = None) -> dict[str, Any]:
+def pyslurm_fields(config: JobConfig, workdir: Optional[str] = None, *,
+                   version: Optional[str] = None) -> dict[str, Any]:
     """JobSubmitDescription attributes matching the #SBATCH lines (the one table in
     options.py), plus where the job starts: like sbatch's, the submitting directory (the
-    script itself cd's to program.workdir)."""
-    return {**options.pyslurm_fields(config), options.PYSLURM_WORKDIR: workdir or os.getcwd()}
+    script itself cd's to program.workdir). What pyslurm ``version`` (default: the
+    installed one) would not send as sbatch does is refused, naming the config field."""
+    return {**options.pyslurm_fields(config, version or slurm_pyslurm.installed_version()),
+            options.PYSLURM_WORKDIR: workdir or os.getcwd()}
 
 
-def load_pyslurm() -> Any:
-    """Import pyslurm on first use, with a message that says what to install."""
-    try:
-        import pyslurm  # noqa: PLC0415 - optional backend, imported lazily on purpose
-    except ImportError as exc:
-        raise SubmitError(f"the pyslurm backend is not available: {exc}",
-                          hint=PYSLURM_HINT) from None
-    except Exception as exc:  # a build for another libslurm fails in its own ways
-        raise SubmitError(f"pyslurm failed to load ({type(exc).__name__}: {exc})",
-                          hint=PYSLURM_HINT) from None
-    return pyslurm
-
-
-def check_pyslurm_version(pyslurm: Any, slurm: tuple[int, int, int]) -> None:
-    """pyslurm X.Y.Z works only with Slurm X.Y: its X.Y tracks Slurm's major release and Z
-    is its own patch level (pyslurm README, "Versioning"; pyslurm/version.py, exported as
-    ``pyslurm.__version__``). ``slurm`` is the client's own version (scontrol --version)."""
-    version = str(getattr(pyslurm, "__version__", "?"))
-    try:
-        built_for = tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        built_for = ()
-    if built_for != tuple(slurm[:2]):
-        running = f"{slurm[0]}.{slurm[1]:02d}"
-        matches = f"Slurm {built_for[0]}.{built_for[1]:02d}" if len(built_for) == 2 \
-            else "another Slurm"
-        raise SubmitError(
-            f"pyslurm {version} matches {matches} only, but this cluster runs Slurm "
-            f"{running}.{slurm[2]} (scontrol --version)",
-            hint=f"install pyslurm {running}.* built against this Slurm "
-                 f"(pip install 'pyslurm=={running}.*'), or use --backend sbatch",
-        )
-
-
-def resolve_backend(name: str) -> str:
-    """``auto`` -> pyslurm when it imports and matches the running Slurm, else sbatch."""
+def resolve_backend(name: str, config: Optional[JobConfig] = None, *,
+                    dry_run: bool = False) -> str:
+    """``auto`` -> pyslurm when it is installed, of the running Slurm's release line, and
+    can send this config as sbatch would; else sbatch. ``dry_run``: the Slurm version is not
+    asked (a dry run touches no Slurm), so the installed pyslurm decides."""
     if name not in BACKENDS:
         raise UsageError(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
     if name != "auto":
         return name
+    version = slurm_pyslurm.installed_version()
+    if version is None:
+        return "sbatch"
     try:
-        check_pyslurm_version(load_pyslurm(), slurmcmd.slurm_version())
-    except SubmitError:
+        if config is not None:
+            pyslurm_fields(config, version=version)
+        if not dry_run:
+            slurm_pyslurm.check_version(version, slurmcmd.slurm_version())
+    except (UsageError, SlurmCommandError):
         return "sbatch"
     return "pyslurm"
 
@@ -141,11 +119,13 @@ def build_request(
     slurmfabric_bin: Optional[str] = None,
     params: Optional[dict[str, str]] = None,
     script_args: Sequence[str] = (),
+    dry_run: bool = False,
 ) -> SubmitRequest:
-    """Render and describe the submission; submits nothing."""
-    # auto: a heterogeneous job has only the sbatch form (options.pyslurm_fields refuses it)
-    resolved = "sbatch" if test_only or (backend == "auto" and config.job.components) \
-        else resolve_backend(backend)
+    """Render and describe the submission; submits nothing (``dry_run``: asks no Slurm)."""
+    # auto: what only sbatch carries (--sbatch-arg, --param, script arguments) means sbatch
+    sbatch_only = bool(sbatch_args or params or script_args)
+    resolved = "sbatch" if test_only or (backend == "auto" and sbatch_only) \
+        else resolve_backend(backend, config, dry_run=dry_run)
     if resolved == "pyslurm" and (sbatch_args or params or script_args):
         what = "--sbatch-arg" if sbatch_args else "--param" if params else "arguments after --"
         raise UsageError(f"{what} needs the sbatch backend", hint="use --backend sbatch")
@@ -196,13 +176,4 @@ def submit(request: SubmitRequest) -> str:
 
 
 def _submit_pyslurm(request: SubmitRequest) -> int:
-    pyslurm = load_pyslurm()
-    check_pyslurm_version(pyslurm, slurmcmd.slurm_version())
-    description = pyslurm.JobSubmitDescription(script=request.script,
-                                               **request.pyslurm_fields)
-    try:
-        return int(description.submit())
-    except pyslurm.RPCError as exc:  # Slurm's own text, verbatim
-        raise SubmitError(f"pyslurm submit failed: {exc}") from None
-    except ValueError as exc:  # pyslurm's own checks of the description
-        raise SubmitError(f"pyslurm refused the job description: {exc}") from None
+    return slurm_pyslurm.submit(request.pyslurm_fields, request.script)

@@ -4,13 +4,16 @@ Operators grep these logs by eye for ``NET/IB`` + ``GDRDMA`` and dread a silent
 ``NET/Socket`` fallback. This module turns the log into per-rank facts (version, network,
 devices, GPUDirect RDMA, channels) and a list of problems with the remedy.
 
-Line formats handled (all seen in public NVIDIA/nccl and nccl-tests issues, NCCL 2.3-2.27;
+Line formats handled (all seen in public NVIDIA/nccl and nccl-tests issues, NCCL 2.3-2.28;
 one real log per release family in tests/fixtures/nccl/versions/, sources in its SOURCES.md):
 
 * ``host:pid:tid [dev] NCCL INFO msg`` and ``host:pid:tid [dev] file.cc:123 NCCL WARN msg``;
 * the same behind launcher labels: ``[1,23]<stdout>:`` (mpirun --tag-output), ``0: ``
   (srun -l), ``[3] `` (a rank label), or timestamps;
-* ``[0] NCCL INFO msg`` without the host prefix (older logs, NCCL_DEBUG_FILE per rank);
+* ``[0] NCCL INFO msg`` without the host prefix (older logs, NCCL_DEBUG_FILE per rank), and
+  ``host [0] NCCL INFO msg`` with the host only (a log collector's format);
+* merged NICs in the ``NET/IB : Using`` line (2.20-2.23, HPC-X's plugin) and ``Made virtual
+  device`` lines (2.24+); nccl-tests' ``# Rank N ... on HOST`` table in the same output;
 * a bare ``NCCL version 2.19.3+cuda12.3`` line (printed by rank 0 of nccl-tests).
 
 Pure functions over text; standard library only.
@@ -34,11 +37,24 @@ _TAGGED = re.compile(r"\[\d+,(?P<rank>[0-9]{1,9})\]<std(?:out|err)>:\s*$")  # mp
 _SRUN_LABEL = re.compile(r"^\s*(?P<rank>[0-9]{1,9}):\s*$")  # srun --label
 _RANK_LABEL = re.compile(r"\[(?P<rank>[0-9]{1,9})\]\s*$")
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+\S*)")
+# nccl-tests' device table in the same output ("#  Rank  0 Group  0 Pid 8756 on Meowth
+# device  0 [0x01] ..."; no "Group" before nccl-tests 2.13): every rank of the job, its host.
+_TESTS_RANK = re.compile(r"#\s+Rank\s+(?P<rank>[0-9]{1,9})\s+(?:Group\s+[0-9]{1,9}\s+)?Pid\s+"
+                         r"[0-9]{1,9}\s+on\s+(?P<host>\S{1,255})\s+device\s")
 _OOB = re.compile(r";\s*OOB (\S+)\s*$")
 _COMM = re.compile(r"comm 0x[0-9a-f]+ rank ([0-9]{1,9}) nranks ([0-9]{1,9}) cudaDev [0-9]")
 # init.cc since 2.12: "comm 0x... rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 ..."
 _NODES = re.compile(r"comm 0x[0-9a-f]+ rank [0-9]{1,9} nRanks ([0-9]{1,9}) nNodes ([0-9]{1,9})")
 _LIST_ITEM = re.compile(r"\[\d+\](\S+)")
+# One NET/IB device in the "Using" list: "[0]mlx5_0:1/IB" (every release; 2.29+ may add
+# ":rail" or "::plane" after the port), or a merged NIC, "[0]={[0] mlx5_2:1/RoCE, [1]
+# mlx5_3:1/RoCE}" (net_ib.cc of NCCL 2.20-2.23 and HPC-X's IBext plugin).
+_IB_DEVICE = re.compile(r"\[\d{1,4}\](?:=\{(?P<merged>[^{}]{0,4000})\}|(?P<dev>[^\s\[\]{}]+))")
+_MERGED_MEMBER = re.compile(r"\[\d{1,4}\]\s*([^\s,{}\[\]]+)")
+# 2.24+: merged NICs are virtual devices, printed once each (src/transport/net_ib.cc):
+# "NET/IB : Made virtual device [8] name=mlx5_0+mlx5_1 speed=400000 ndevs=2".
+_VIRTUAL = re.compile(r"NET/IB ?: Made virtual device \[\d{1,4}\] name=(?P<name>\S+) "
+                      r"speed=\d+ ndevs=(?P<n>[0-9]{1,3})")
 _NET_VIA = re.compile(
     r"^NET/(?P<net>.+?)/(?P<dev>[0-9]{1,9})(?:\((?P<merged>[0-9]{1,9})\))?(?P<gdr>/GDRDMA)?(?:/\S*)?$"
 )
@@ -63,7 +79,11 @@ NCCL_RESULT = {
 # Frames whose failure means the communicator (its init, a group call or a collective) or
 # the proxy thread failed. A chain that stops below them was handled: NCCL 2.4 prints
 # "include/net.h:24 -> 2" when a plugin has no PCI path for a NIC, and carries on.
-_TOP_FRAMES = ("init.cc", "group.cc", "enqueue.cc", "collectives.cc", "init.cu")
+# bootstrap.cc is one of them: the bootstrap (the out-of-band ring every rank joins before
+# init) has no fallback, an error there ends the communicator's init, and a log often stops
+# at it (NVIDIA/nccl#1920: "bootstrap.cc:868 -> 6 ncclSocketConnect()", then nothing).
+_TOP_FRAMES = ("init.cc", "group.cc", "enqueue.cc", "collectives.cc", "init.cu",
+               "bootstrap.cc")
 # WARNs that are failures by themselves: the proxy could not connect a peer.
 _FATAL_WARNS = ("Failed to execute operation", "Error encountered progressing operation")
 # The proxy's progress thread tags the last step of its chain: "[Proxy Thread]" up to
@@ -74,6 +94,11 @@ _PROXY_THREAD_TAGS = ("Progress Thread", "Proxy Thread")
 # (NVIDIA/nccl#947, #1538), Open MPI's "[host:pid] Signal: Segmentation fault (11)".
 _CRASH = (re.compile(r"Caught signal (?P<sig>[0-9]{1,3}) \((?P<what>[^():]{1,80})"),
           re.compile(r"\] Signal: (?P<what>[A-Za-z][A-Za-z ]{0,60}) \((?P<sig>[0-9]{1,3})\)"))
+
+# WARN texts of a failed TCP connection (misc/socket.cc, all releases: "Connect to X
+# failed : Connection refused", "Call to recv from X failed : Connection reset by peer").
+_CONNECTION_ERRORS = ("connection reset by peer", "connection refused", "no route to host",
+                      "broken pipe", "connection timed out", "connection abort")
 
 _COMPLETION = re.compile(
     r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<st>[0-9]{1,9})"
@@ -116,6 +141,7 @@ class RankInfo:
     version: str | None = None
     network: str | None = None
     net_devices: list[str] = field(default_factory=list)
+    merged_devices: list[str] = field(default_factory=list)  # "mlx5_2:1/RoCE+mlx5_3:1/RoCE"
     interfaces: list[str] = field(default_factory=list)
     bootstrap: list[str] = field(default_factory=list)
     ofi_provider: str | None = None
@@ -217,13 +243,27 @@ def _split_prefix(before: str) -> tuple[str, str | None, str | None]:
     head, _, tid = before[:word_end].rpartition(":")
     head, _, pid = head.rpartition(":")
     if not (tid.isdecimal() and pid.isdecimal()):
-        return before, None, None
+        return _bare_host(before)
     start = len(head)
     while start and not (head[start - 1].isspace() or head[start - 1] in _HOST_BREAKS):
         start -= 1
     if start == len(head):
         return before, None, None
     return before[:start], head[start:], pid
+
+
+# A host name alone before "[dev]": NCCL builds with a log prefix of "host" only, or a
+# collector that kept the host and dropped pid:tid ("gpu-server320 [5] NCCL WARN ...",
+# NVIDIA/nccl#1920). It starts with a letter, so timestamps and "0:" labels are not hosts.
+_BARE_HOST = re.compile(r"(?:^|(?<=\s))(?P<host>[A-Za-z][A-Za-z0-9._-]{0,252}[A-Za-z0-9])\s+$")
+
+
+def _bare_host(before: str) -> tuple[str, str | None, str | None]:
+    found = _BARE_HOST.search(before[-300:])
+    if found is None or (found.start() == 0 and len(before) > 300):
+        return before, None, None
+    start = len(before) - len(before[-300:]) + found.start()
+    return before[:start], found.group("host"), None
 
 
 def _label(pre: str) -> str | None:
@@ -242,6 +282,8 @@ class _Parser:
         self.version: str | None = None
         self.env: dict[str, str] = {}
         self.lineno = 0
+        self.job_hosts: dict[int, set[str]] = {}  # nccl-tests' "# Rank N ... on HOST" lines
+        self.init_all: set[tuple[str, str]] = set()  # processes that called ncclCommInitAll
 
     def rank(self, host: str | None, pid: str | None, dev: int, label: str | None) -> RankInfo:
         node = host or (f"{self.source}#{label}" if label else self.source)
@@ -271,6 +313,8 @@ class _Parser:
         version = _VERSION.search(line)
         if version and "NCCL INFO" not in line:
             self.version = self.version or version.group("v")
+        elif "Rank" in line and (rank := _TESTS_RANK.search(line)):
+            self.job_hosts.setdefault(int(rank.group("rank")), set()).add(rank.group("host"))
         elif "Watchdog caught collective operation timeout" in line:
             self.problems.append(_timeout_problem(line.strip()[:200]))
         elif "ignal" in line and (crash := _crash(line)):
@@ -288,7 +332,17 @@ class _Parser:
             if oob := _OOB.search(devices):  # "[0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>"
                 devices = devices[:oob.start()]
                 _add(r.interfaces, oob.group(1))
-            r.net_devices = _LIST_ITEM.findall(devices)
+            r.net_devices, merged = [], []
+            for item in _IB_DEVICE.finditer(devices):
+                members = ([item.group("dev")] if item.group("dev") else
+                           _MERGED_MEMBER.findall(item.group("merged")))
+                r.net_devices.extend(members)
+                if len(members) > 1:
+                    merged.append("+".join(members))
+            for name in merged:
+                _add(r.merged_devices, name)
+        elif (m := _VIRTUAL.match(msg)) and int(m.group("n")) > 1:
+            _add(r.merged_devices, m.group("name"))
         elif msg.startswith("NET/IB : No device found") or msg.startswith("NET/IB: No device"):
             r.no_ib_device = True
         elif m := re.match(r"NET/Socket ?: Using (.*)$", msg):
@@ -319,7 +373,12 @@ class _Parser:
         elif msg.startswith("Trees ") or msg.startswith("Connected all trees"):
             r.trees = True
         elif m := _COMM.search(msg):
-            r.rank, r.nranks = int(m.group(1)), int(m.group(2))
+            if msg.startswith("ncclCommInitAll "):  # one process created every rank
+                self.init_all.add((r.node, r.pid or ""))
+            # the largest communicator this rank joined names it (a process may also hold
+            # small ones: a tensor-parallel group, a 1-rank comm)
+            if int(m.group(2)) >= (r.nranks or 0):
+                r.rank, r.nranks = int(m.group(1)), int(m.group(2))
         elif m := _NODES.search(msg):
             r.nranks = r.nranks or int(m.group(1))
             r.nodes = max(r.nodes or 0, int(m.group(2)))
@@ -374,18 +433,23 @@ class _Parser:
         by_process: dict[tuple[str, str], list[RankInfo]] = {}
         for r in ranks:
             by_process.setdefault((r.node, r.pid or ""), []).append(r)
-        for group in by_process.values():
+        for process, group in by_process.items():
+            if process in self.init_all:  # all ranks in one process: one host
+                for r in group:
+                    r.nodes = r.nodes or 1
             for attr in ("version", "network", "ofi_provider"):
                 value = next((getattr(r, attr) for r in group if getattr(r, attr)), None)
                 for r in group:
                     if getattr(r, attr) is None:
                         setattr(r, attr, value)
             devices = next((r.net_devices for r in group if r.net_devices), [])
+            merged = next((r.merged_devices for r in group if r.merged_devices), [])
             socket = any(r.socket_selected for r in group)
             no_ib = any(g.no_ib_device for g in group)
             version = next((r.version for r in group if r.version), None) or self.version
             for r in group:
                 r.net_devices = r.net_devices or list(devices)
+                r.merged_devices = r.merged_devices or list(merged)
                 r.no_ib_device = r.no_ib_device or no_ib
                 if r.network is None and r.ofi_provider:
                     r.network = f"OFI/{r.ofi_provider}"  # 2.4: only "NET/OFI Selected Provider"
@@ -489,6 +553,26 @@ def classify_warning(msg: str, where: str = "") -> Problem:
             "another rank died or aborted first: read that rank's log for the first error",
             where,
         )
+    if "has already checked in" in msg:
+        # bootstrap.cc's root: a second process claimed a rank, so the ring never forms
+        return Problem(
+            "error", "bootstrap", msg,
+            "two processes joined the communicator with the same rank: the launcher started "
+            "more processes than the world size or gave two the same RANK (torchrun "
+            "--nnodes/--node_rank, srun --ntasks, a stale job on the same MASTER_PORT)",
+            where,
+        )
+    if any(text in lowered for text in _CONNECTION_ERRORS):
+        # NCCL retries a refused or timed-out connect with INFO lines and WARNs only when it
+        # gives up (misc/socket.cc): a WARN is a failed connection, not noise.
+        return Problem(
+            "error", "connection", msg,
+            "a TCP connection between ranks failed (bootstrap or proxy): check that every "
+            "node reaches the others on NCCL_SOCKET_IFNAME's interface (routes, firewall, "
+            "MTU), that MASTER_ADDR resolves to that network, and whether the peer it names "
+            "died first (its own log)",
+            where,
+        )
     if msg.startswith("NET/OFI"):
         return Problem(
             "error", "ofi", msg,
@@ -516,7 +600,8 @@ def parse_log(text: str | Iterable[str], source: str = "log", expect_gdr: bool =
     for line in (text.splitlines() if isinstance(text, str) else text):
         parser.feed(line)
     report = parser.finish()
-    add_derived_problems(report, parser.env, expect_gdr=expect_gdr, allow_socket=allow_socket)
+    add_derived_problems(report, parser.env, expect_gdr=expect_gdr, allow_socket=allow_socket,
+                         job_hosts=parser.job_hosts)
     return report
 
 
@@ -543,6 +628,7 @@ def comm_failure(ranks: list[RankInfo]) -> Problem | None:
     who = f"rank {first.rank} " if first.rank is not None else ""
     others = len(failed) - 1
     more = f"; {others} more rank(s) show errors after it" if others else ""
+    bootstrap = "bootstrap.cc" in (first.error_frame or "")
     remedy = {
         1: "a CUDA call failed on that GPU: check it (nvidia-smi, Xid in the kernel log)",
         2: "a system call failed on that node: for ibv_create_cq/ibv_create_qp/ibv_reg_mr "
@@ -551,16 +637,46 @@ def comm_failure(ranks: list[RankInfo]) -> Problem | None:
            "sockets check the interfaces and firewalls",
         6: "a peer went away first: read the log of the rank it names for the first error",
     }.get(code, "read the root line: it names the call that failed")
+    if bootstrap:
+        remedy = ("the bootstrap (NCCL's TCP ring between ranks, before init) failed: check "
+                  "that the nodes reach each other on NCCL_SOCKET_IFNAME's interface (routes, "
+                  "firewall, ports), that no rank died first, and NCCL_SOCKET_IFNAME itself")
+    stage = " during bootstrap" if bootstrap else ""
     return Problem(
         "error", "comm_failed",
-        f"communicator failed: first on {who}{first.node} ({first.key}) with "
+        f"communicator failed{stage}: first on {who}{first.node} ({first.key}) with "
         f"{NCCL_RESULT.get(code, code)} at {first.error_frame}; root: {first.root}{more}",
         remedy, first.key,
     )
 
 
+def single_host(ranks: list[RankInfo], job_hosts: dict[int, set[str]] | None = None) -> bool:
+    """Every rank of the job is on one host and none sent over the network: a single-node
+    job (nccl-tests ``-g 8`` in one process, torchrun on one node). Releases before 2.12
+    print no ``nNodes`` line, so this is read from the ranks NCCL numbered (``comm 0x...
+    rank R nranks N``: N ranks, all seen, one host) or from nccl-tests' device table (every
+    rank of the job and its host, printed by rank 0)."""
+    if any(r.net_channels for r in ranks):
+        return False
+    if job_hosts:  # nccl-tests' table: ranks 0..N-1 (an excerpt may hold only some)
+        hosts = set().union(*job_hosts.values())
+        sizes = {r.nranks for r in ranks if r.nranks}
+        return (len(hosts) == 1 and sorted(job_hosts) == list(range(len(job_hosts)))
+                and {r.node for r in ranks if r.pid} <= hosts
+                and (not sizes or max(sizes) == len(job_hosts)))
+    sizes = {r.nranks for r in ranks}
+    if len({r.node for r in ranks}) != 1 or len(sizes) != 1 or None in sizes:
+        return False
+    seen = {r.rank for r in ranks if r.rank is not None}
+    return len(seen) == sizes.pop()
+
+
 def add_derived_problems(report: LogReport, env: dict[str, str], expect_gdr: bool,
-                         allow_socket: bool) -> None:
+                         allow_socket: bool,
+                         job_hosts: dict[int, set[str]] | None = None) -> None:
+    if single_host(report.ranks, job_hosts):
+        for r in report.ranks:
+            r.nodes = r.nodes or 1
     failure = comm_failure(report.ranks)
     if failure is not None:
         report.problems.insert(0, failure)

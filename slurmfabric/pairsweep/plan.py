@@ -248,8 +248,9 @@ def _plan_problem(data: object) -> str | None:
     known = set(nodes)
     for number, rnd in enumerate(rounds, 1):
         for item in rnd:
-            size_ok = len(item) >= 2 if pattern == "k-batch" else len(item) == 2
-            if not isinstance(item, list) or not size_ok:
+            size_ok = isinstance(item, list) and (
+                len(item) >= 2 if pattern == "k-batch" else len(item) == 2)
+            if not size_ok:
                 want = "2 or more" if pattern == "k-batch" else "2"
                 return f"round {number}: {show(item)} is not a list of {want} nodes"
             unknown = [n for n in item if not isinstance(n, str) or n not in known]

@@ -86,7 +86,7 @@ def history(directory: str, run: str | None = None) -> History | None:
             first = next((e for e in later if e.get("event") == "first_step"), None)
             restarts.append(Restart(
                 reason=str(record.get("reason")), when=_float(record.get("time")) or 0.0,
-                job=str(record.get("job", "")), nodes=list(record.get("nodes") or []),
+                job=str(record.get("job", "")), nodes=_names(record.get("nodes")),
                 exit_code=_int(record.get("exit_code")),
                 step_reached=_int(record.get("step_reached")),
                 resumed_from=_int(start.get("from_step")) if start else None,
@@ -107,8 +107,16 @@ def history(directory: str, run: str | None = None) -> History | None:
     return History(run=run, restarts=restarts, final=final)
 
 
+def _names(value: object) -> list[str]:
+    """A record's node list; the events file is read back, so a wrong shape is no list."""
+    return [str(n) for n in value[:10_000]] if isinstance(value, list) else []
+
+
 def _stamp(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):  # a time no clock shows: say it as it is
+        return f"t={seconds:g}"
 
 
 def format_history(h: History) -> str:

@@ -13,6 +13,9 @@ from slurmfabric.errors import UsageError
 TASKPROLOG = "slurmfabric-taskprolog"
 _PYTHON_LINE = "SLURMFABRIC_PYTHON=/usr/bin/python3"
 _EXEC_LINE = "sys.exit(taskprolog_main(sys.argv[1:]))'"
+# What the installed script imports, run once at install time with the same -I.
+_IMPORT_CHECK = ("from slurmfabric.commands.site import taskprolog_main; "
+                 "print('slurmfabric-ok')")
 
 
 @dataclass
@@ -28,6 +31,32 @@ def template() -> str:
         if candidate.exists():
             return candidate.read_text()
     raise FileNotFoundError(f"{TASKPROLOG} template not found next to the package")
+
+
+def check_python(python: str) -> None:
+    """Prove ``python`` imports slurmfabric's TaskProlog the way the script runs it (-I).
+
+    The script fails open, so a wrong interpreter would not stop a job: it would silently
+    give no job the plan. Refusing it here, once, is where the admin sees it.
+    """
+    import subprocess
+
+    if not os.path.isabs(python):
+        raise UsageError(f"--python {python!r} must be an absolute path",
+                         hint="slurmstepd runs the TaskProlog with no PATH")
+    if not os.path.isfile(python) or not os.access(python, os.X_OK):
+        raise UsageError(f"--python {python}: no such executable file",
+                         hint="give the interpreter slurmfabric is installed in on the nodes")
+    try:
+        proc = subprocess.run([python, "-I", "-c", _IMPORT_CHECK], capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"--python {python}: does not run: {exc}") from None
+    if proc.returncode != 0 or proc.stdout.strip() != "slurmfabric-ok":
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise UsageError(f"--python {python}: cannot run slurmfabric's TaskProlog "
+                         f"({why[:200]})",
+                         hint="point --python at the interpreter slurmfabric is installed in")
 
 
 def taskprolog_script(python: str, sysfs_root: str | None = None,
@@ -57,6 +86,7 @@ def install(dest: str, python: str, config: str | None = None,
     from slurmfabric.site import clifilter
 
     script = taskprolog_script(python, sysfs_root, fabric_type)
+    check_python(python)
     lua = clifilter.render(clifilter.load(config)) if config else None
     out = Installed()
     directory = Path(dest)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmfabric.errors import SlurmfabricError
 from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.testbed import containers
 from slurmfabric.testbed.config import (
     DB_NAME,
     DB_PASSWORD,
@@ -189,16 +190,22 @@ class Testbed:
             pids["slurmctld"] = self._spawn(
                 ["slurmctld", "-D", "-c", "-i", "-f", str(self.s.conf_path)], "slurmctld")
             self._write_pids(pids)
+        paths = self._write_pyxis_files(fresh="slurmctld" not in alive)
         for name in self.s.node_names:
             key = f"slurmd:{name}"
             if key not in pids:
+                env = self.env()
+                if name in paths:  # this node's enroot first (containers.render_node_enroot)
+                    env["PATH"] = os.pathsep.join([paths[name], env["PATH"]])
                 pids[key] = self._spawn(
-                    ["slurmd", "-D", "-N", name, "-f", str(self.s.conf_path)], f"slurmd.{name}")
+                    ["slurmd", "-D", "-N", name, "-f", str(self.s.conf_path)], f"slurmd.{name}",
+                    env=env)
         self._write_pids(pids)
         self.wait_idle(timeout - (time.monotonic() - t0))
         elapsed = time.monotonic() - t0
         log(f"testbed up: {len(self.s.node_names)} idle nodes in {elapsed:.1f} s; "
-            f"SLURM_CONF={self.s.conf_path}")
+            f"SLURM_CONF={self.s.conf_path}"
+            + (f"; pyxis from {self.s.pyxis}" if self.s.pyxis else ""))
         return elapsed
 
     def converge(self, accounting: bool = False, timeout: float = 90,
@@ -209,7 +216,9 @@ class Testbed:
         record knows (a killed run, an older state layout) are stopped first. A stopped
         or healthy one is simply started or reused (``up`` says so). Returns the testbed
         that now runs (its settings may have changed)."""
-        target = Testbed(replace(self.s, accounting=self.s.accounting or accounting))
+        build = containers.find_build(".".join(map(str, slurmd_version())))
+        target = Testbed(replace(self.s, accounting=self.s.accounting or accounting,
+                                 pyxis=str(build.root) if build else ""))
         alive = self.running()
         changed = []
         stray = strays(self.s.state_dir, set(alive.values()))
@@ -226,6 +235,11 @@ class Testbed:
         elif alive and target.s.accounting and not self.s.accounting:
             self.down(log=lambda msg: None)
             changed.append("restarted with accounting (slurmdbd on MariaDB); it ran without")
+            alive = {}
+        elif alive and target.s.pyxis != self.s.pyxis:
+            self.down(log=lambda msg: None)
+            changed.append(f"restarted to load {build.describe()}" if build else
+                           "restarted without pyxis (its build is gone)")
             alive = {}
         if changed:
             log(f"testbed: {'; '.join(changed)}")
@@ -348,6 +362,21 @@ class Testbed:
         os.chmod(munge_dir, 0o755)  # munged: socket dir must be searchable by all
         os.chmod(key, 0o400)
 
+    def _write_pyxis_files(self, fresh: bool) -> dict[str, str]:
+        """plugstack.conf and each node's enroot, when this testbed loads pyxis (with no
+        container left when the cluster starts afresh); returns each node's PATH prefix
+        for its slurmd ({} without pyxis)."""
+        if not self.s.pyxis:
+            return {}
+        build = containers.load_build(Path(self.s.pyxis))
+        if build is None:
+            raise TestbedError(f"the pyxis build in {self.s.pyxis} is gone or unfinished",
+                               hint=containers.BUILD_HINT)
+        self.s.plugstack_path.write_text(containers.render_plugstack(self.s.state_dir, build))
+        if fresh:
+            containers.clear_containers(self.s.state_dir, self.s.node_names)
+        return containers.write_node_files(self.s.state_dir, self.s.node_names, build)
+
     def _update_hosts(self, log) -> None:
         missing = [n for n in self.s.node_names if not resolves(n)]
         hosts = Path("/etc/hosts")
@@ -437,14 +466,14 @@ class Testbed:
             cmd = ["setpriv", "--reuid=munge", "--regid=munge", "--clear-groups", *cmd]
         return self._spawn(cmd, "munged")
 
-    def _spawn(self, cmd: list[str], logname: str) -> int:
+    def _spawn(self, cmd: list[str], logname: str, env: dict[str, str] | None = None) -> int:
         """Start a daemon in its own session so it outlives this process; keep its output."""
         logfile = self.s.state_dir / "log" / f"{logname}.out"
         try:
             with open(logfile, "ab") as out:
                 proc = subprocess.Popen(
                     cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, env=self.env(), cwd=self.s.state_dir,
+                    start_new_session=True, env=env or self.env(), cwd=self.s.state_dir,
                 )
         except FileNotFoundError as exc:
             raise TestbedError(f"{cmd[0]} not found", hint="apt-get install slurm-wlm munge") \

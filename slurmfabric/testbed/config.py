@@ -46,6 +46,9 @@ class Settings:
     # job must wait before starting again", default 120 s). 30 s keeps requeue tests lean and
     # still outlasts a prolog plus a launch on a busy 2-core machine.
     cred_expire: int = 30
+    # The pyxis/enroot build (scripts/build-containers.sh) the nodes load through
+    # plugstack.conf; "" runs without pyxis. ``converge`` sets it from what it finds built.
+    pyxis: str = ""
 
     @property
     def node_names(self) -> list[str]:
@@ -71,6 +74,10 @@ class Settings:
     def cgroup_conf_path(self) -> Path:
         """Slurm reads cgroup.conf from the directory that holds slurm.conf."""
         return self.state_dir / "etc" / "cgroup.conf"
+
+    @property
+    def plugstack_path(self) -> Path:
+        return self.state_dir / "etc" / "plugstack.conf"
 
     @property
     def munge_socket(self) -> Path:
@@ -159,6 +166,8 @@ def render_slurm_conf(s: Settings) -> str:
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "MpiDefault=none",
+        # SPANK plugins (spank(8)): pyxis, when a build for this Slurm was found.
+        *([f"PlugStackConfig={s.plugstack_path}"] if s.pyxis else []),
         *([
             "AccountingStorageType=accounting_storage/slurmdbd",
             "AccountingStorageHost=127.0.0.1",

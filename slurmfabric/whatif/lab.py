@@ -14,6 +14,7 @@ import itertools
 import json
 from pathlib import Path
 
+from slurmfabric.whatif import memory
 from slurmfabric.whatif import model as whatif
 
 NODES = [*range(1, 17), 32, 64, 128, 256, 512]
@@ -29,8 +30,11 @@ CABLE_NODE, PFC_NODE, SLOW_GPU = "node02", "node02", ("node01", 3, 0.5)
 # Share of the compute time the collectives can hide behind: FSDP's prefetch (the CLI's
 # default) or none (every collective on the critical path).
 OVERLAPS = ("0.5", "0")
+# The page opens on the issue everyone asks about: one cable at half rate on 16 InfiniBand
+# nodes. At FSDP's overlap it hides behind the compute, and the page says so and what it
+# costs once it does not.
 DEFAULT = {"fabric": "ib", "nodes": 16, "model": "llama3-70b", "gpu": "h100", "overlap": "0.5",
-           "faults": ""}
+           "faults": "cable"}
 
 
 def rails(fabric: str, gpu: str) -> tuple[float, int]:
@@ -103,6 +107,17 @@ def grid() -> dict:
     return {"cases": cases, "limits": limits}
 
 
+def too_big() -> dict[str, str]:
+    """'nodes|model|gpu' -> why that job cannot start (memory.refusal), for every case that
+    does not fit; the fabric, faults and overlap do not change the footprint."""
+    out = {}
+    for nodes, model, gpu in itertools.product(NODES, sorted(whatif.MODELS), GPUS):
+        why = memory.refusal(lab_job("ib", nodes, model, gpu))
+        if why:
+            out[f"{nodes}|{model}|{gpu}"] = why
+    return out
+
+
 def finders() -> dict[str, list[tuple[str, str]]]:
     """Each lab fault's commands with the lines they print, for the lab's node names."""
     out = {}
@@ -125,6 +140,7 @@ def page_data() -> dict:
         "rails": {f"{fabric}|{gpu}": list(rails(fabric, gpu))
                   for fabric in FABRIC_NAMES for gpu in GPUS},
         "finders": finders(), "default": DEFAULT, "overlaps": list(OVERLAPS),
+        "too_big": too_big(),
         "flags": {"cable": f"--halve-cable {CABLE_NODE}",
                   "gpu": "--slow-gpu " + ":".join(map(str, SLOW_GPU)),
                   "gdr": "--no-gdr", "pfc": f"--no-pfc {PFC_NODE}"},

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from slurmfabric.whatif import memory
 from slurmfabric.whatif.links import (  # noqa: F401 - model.X stays valid for callers
     EFA_FACTOR,
     GPUS_PER_SWITCH,
@@ -84,10 +85,25 @@ class Job:
     slow_gpu: tuple[str, int, float] | None = None  # (node, gpu, fraction of its clocks)
     gdr: bool = True
     no_pfc: str | None = None  # RoCE: the node whose switch hop has no PFC
+    # 3D parallelism: tensor parallel inside a node, pipeline stages across nodes, data
+    # parallel over the rest (Megatron-LM's order)
+    tp: int = 1
+    pp: int = 1
+    nodelist: tuple[str, ...] = ()  # the nodes' names; () = any name numbered 0..nodes
 
     @property
     def ranks(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def dp(self) -> int:
+        return max(1, self.ranks // (self.tp * self.pp))
+
+    @property
+    def microbatches(self) -> float:
+        """Sequences one pipeline runs per step: each GPU's tokens, times the GPUs that
+        share one copy of the model, in sequences of ``seq`` tokens."""
+        return max(1.0, self.tokens_per_gpu * self.tp * self.pp / self.seq)
 
     @property
     def nic_count(self) -> int:
@@ -100,8 +116,11 @@ class Step:
     compute: float
     comm: float  # the collectives' whole time
     exposed: float  # what the overlap does not hide
-    busbw: float  # GB/s the collectives run at
+    busbw: float  # GB/s the data-parallel collectives run at
     limit: str  # what sets the busbw
+    tp_comm: float = 0.0  # tensor parallel all-reduces (on the critical path)
+    pp_comm: float = 0.0  # pipeline sends between stages (on the critical path)
+    bubble: float = 0.0  # the pipeline's fill and drain, idle
 
     def to_dict(self) -> dict:
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in vars(self).items()}
@@ -148,6 +167,54 @@ def collective_list(job: Job) -> list[tuple[str, float, int]]:
     return out + ([("all_reduce", rest, 1)] if rest else [])
 
 
+def dp_view(job: Job) -> Job:
+    """The data-parallel group as a job of its own: the GPUs with the same tensor and
+    pipeline rank, ``gpus_per_node / tp`` of them on each node (tensor parallel stays inside
+    a node), each holding 1/(tp x pp) of the parameters and its stage's layers. Every group
+    runs at once, so each gets its share of the node's NICs."""
+    if job.tp * job.pp == 1:
+        return job
+    per_node = max(1, min(job.dp, job.gpus_per_node // job.tp))
+    share = per_node / job.gpus_per_node
+    return replace(job, nodes=max(1, job.dp // per_node), gpus_per_node=per_node,
+                   nics=max(1, round(job.nic_count * share)),
+                   frontend_rate=job.frontend_rate * share,
+                   params=job.params / (job.tp * job.pp),
+                   layers=max(1, job.layers // job.pp) if job.layers else None, tp=1, pp=1)
+
+
+def model_parallel_comm(job: Job) -> tuple[float, float]:
+    """(tensor-parallel seconds, pipeline seconds) per step, both on the critical path.
+
+    Tensor parallel all-reduces each layer's activations twice forward and twice backward
+    (Shoeybi et al. 2019, Megatron-LM, section 3: "two all-reduce operations in the forward
+    pass and two in the backward pass"), s x h bf16 values per micro-batch, inside the node
+    over NVLink. A pipeline sends each micro-batch's activations forward and their gradients
+    back across each stage boundary, s x h / tp bf16 values per GPU with the scatter/gather
+    optimisation (Narayanan et al. 2021, section 4.1), over the GPU's share of the NICs when
+    stages sit on different nodes."""
+    from slurmfabric.whatif import collectives
+
+    if job.tp * job.pp == 1 or not (job.layers and job.hidden):
+        return 0.0, 0.0
+    m = job.microbatches
+    activation = job.seq * job.hidden * 2.0
+    tp_s = 0.0
+    if job.tp > 1:
+        inside = replace(job, nodes=1, gpus_per_node=job.tp, tp=1, pp=1, slow_link=None)
+        one, _ = collectives.best(inside, "all_reduce", activation)
+        tp_s = one * 4 * (job.layers / job.pp) * m
+    pp_s = 0.0
+    if job.pp > 1 and job.nodes > 1:
+        per_gpu = (nic_rate_gbs(job, job.frontend_rate) if job.fabric == "tcp"
+                   else job.nic_count * nic_rate_gbs(job, job.port_rate)) / job.gpus_per_node
+        if job.slow_link:  # the stage boundary that crosses the slow NIC sets the pace
+            per_gpu *= job.slow_link[1]
+        hop = collectives.NET_HOP_US * 1e-6 + activation / job.tp / (per_gpu * 1e9)
+        pp_s = 2 * m * hop
+    return tp_s, pp_s
+
+
 def comm_bytes(job: Job) -> float:
     """Bus bytes per rank per step: S x NCCL's factor, summed over the collectives."""
     from slurmfabric.whatif.collectives import factor
@@ -162,22 +229,73 @@ def step(job: Job) -> Step:
     compute = flops_per_token(job) * job.tokens_per_gpu / peak
     if job.slow_gpu:  # synchronous data parallel: everyone waits for the slowest GPU
         compute /= job.slow_gpu[2]
+    # 1F1B's fill and drain: (pp - 1) / m of the compute (Narayanan et al. 2021, section 2.2)
+    bubble = compute * (job.pp - 1) / job.microbatches
+    group = dp_view(job)
     comm, main, largest = 0.0, "ring", -1.0
-    for op, size, count in collective_list(job):
-        seconds, algo = collectives.best(job, op, size)
+    for op, size, count in collective_list(group):
+        seconds, algo = collectives.best(group, op, size)
         comm += seconds * count
         if size * count > largest:
             main, largest = algo, size * count
-    bw = comm_bytes(job) / comm / 1e9 if comm else busbw(job)[0]
-    limit = busbw(job, main)[1] if job.ranks > 1 else busbw(job)[1]
-    exposed = max(0.0, comm - job.overlap * compute)
-    return Step(compute + exposed, compute, comm, exposed, bw, f"{main}: {limit}")
+    bw = comm_bytes(group) / comm / 1e9 if comm else busbw(group)[0]
+    limit = busbw(group, main)[1] if group.ranks > 1 else busbw(group)[1]
+    tp_s, pp_s = model_parallel_comm(job)
+    exposed = max(0.0, comm - job.overlap * compute) + tp_s + pp_s
+    return Step(compute + bubble + exposed, compute, comm + tp_s + pp_s, exposed, bw,
+                f"{main}: {limit}", tp_s, pp_s, bubble)
 
 
 def efficiency(job: Job) -> float:
     """Weak scaling: a healthy node's step time over this job's (the same work per GPU):
-    the share of the GPUs' throughput the network and the faults leave."""
-    return step(healthy(replace(job, nodes=1))).seconds / step(job).seconds
+    the share of the GPUs' throughput the network and the faults leave. The node keeps the
+    tensor-parallel degree and runs no pipeline (one node holds one stage)."""
+    one = replace(healthy(job), nodes=1, pp=1, nodelist=())
+    return step(one).seconds / step(job).seconds
+
+
+def node_known(job: Job, name: str) -> bool:
+    """Is ``name`` one of the job's nodes? With a nodelist, a member of it; without one, a
+    name whose trailing number is 0..nodes (gpu007 in a 16-node job, not gpu999)."""
+    if job.nodelist:
+        return name in job.nodelist
+    digits = len(name) - len(name.rstrip("0123456789"))
+    return bool(digits) and int(name[-digits:]) <= job.nodes
+
+
+def check(job: Job) -> None:
+    """Refuse, in one ValueError naming the option, a job the model cannot stand for: a fault
+    on a node or GPU the job does not have, a parallel layout the GPUs cannot hold."""
+    check_faults(job)
+    check_layout(job)
+
+
+def check_faults(job: Job) -> None:
+    names = (f"the job's nodes are {job.nodelist[0]}..{job.nodelist[-1]}" if job.nodelist
+             else f"name a node numbered 0-{job.nodes}, or the nodes with --nodelist")
+    for flag, node in (("--halve-cable", job.slow_link[0] if job.slow_link else None),
+                       ("--slow-gpu", job.slow_gpu[0] if job.slow_gpu else None),
+                       ("--no-pfc", job.no_pfc)):
+        if node is not None and not node_known(job, node):
+            raise ValueError(f"{flag} {node}: no such node in a {job.nodes}-node job; {names}")
+    if job.slow_gpu and not 0 <= job.slow_gpu[1] < job.gpus_per_node:
+        raise ValueError(f"--slow-gpu: GPU {job.slow_gpu[1]} does not exist on a node of "
+                         f"{job.gpus_per_node} GPUs (0-{job.gpus_per_node - 1})")
+
+
+def check_layout(job: Job) -> None:
+    if job.tp < 1 or job.pp < 1:
+        raise ValueError("--tp and --pp are 1 or more")
+    if job.tp > job.gpus_per_node or job.gpus_per_node % job.tp:
+        raise ValueError(f"--tp {job.tp}: tensor parallel runs inside a node over NVLink, so "
+                         f"it divides --gpus-per-node {job.gpus_per_node}")
+    if job.ranks % (job.tp * job.pp):
+        raise ValueError(f"--tp {job.tp} x --pp {job.pp} does not divide the job's "
+                         f"{job.ranks} GPUs")
+    if job.tp * job.pp > 1 and not (job.layers and job.hidden):
+        raise ValueError("--tp/--pp need the model's layers and width: use --model")
+    if job.layers and job.pp > job.layers:
+        raise ValueError(f"--pp {job.pp}: more stages than the model's {job.layers} layers")
 
 
 def healthy(job: Job) -> Job:
@@ -189,11 +307,16 @@ def sweep(job: Job, node_counts: list[int], fabrics: tuple[str, ...] = FABRICS
     rows = []
     for fabric in fabrics:
         for nodes in node_counts:
-            here = replace(job, fabric=fabric, nodes=nodes)
+            here = replace(job, fabric=fabric, nodes=nodes, nodelist=())
+            try:
+                check_layout(here)
+            except ValueError:
+                continue  # tp x pp does not divide this node count's GPUs
             result = step(here)
             rows.append({"fabric": fabric, "nodes": nodes, "step_s": result.seconds,
                          "busbw": result.busbw, "efficiency": efficiency(here),
-                         "tokens_per_s": here.tokens_per_gpu * here.ranks / result.seconds})
+                         "tokens_per_s": here.tokens_per_gpu * here.ranks / result.seconds,
+                         "fits": memory.footprint(here).fits})
     return rows
 
 
@@ -303,6 +426,22 @@ def faults(job: Job) -> list[dict]:
                     "find": [(cmd.format(node=node, gpu=gpu), line.format(node=node, gpu=gpu))
                              for cmd, line in FINDERS[kind]]})
     return out
+
+
+def cost(job: Job, price_per_gpu_hour: float) -> dict[str, float]:
+    """What the job's GPU-hours buy: the price of a step and of a useful PFLOP (the model's
+    6N + attention FLOPs, not recomputation or idle time), against the same FLOP at perfect
+    scaling. At a scaling efficiency e a useful FLOP costs 1/e as much: 60 % costs 67 % more.
+    A fault's daily cost is the share of the GPU-hours it wastes (faults()' ``lost``)."""
+    result = step(job)
+    per_hour = job.ranks * price_per_gpu_hour
+    per_step = per_hour * result.seconds / 3600
+    useful_pflop = flops_per_token(job) * job.tokens_per_gpu * job.ranks / 1e15
+    eff = efficiency(job)
+    return {"price_per_gpu_hour": price_per_gpu_hour, "per_hour": per_hour,
+            "per_step": per_step, "per_useful_pflop": per_step / useful_pflop,
+            "ideal_per_useful_pflop": per_step / useful_pflop * eff, "premium": 1 / eff - 1,
+            "per_day": per_hour * 24}
 
 
 def step_line(job: Job) -> str:

@@ -120,6 +120,39 @@ SLURMFABRIC_TASKPROLOG=off srun --label env > {out_dir}/off.txt
         assert "NCCL_IB_HCA" not in env and "RANK" not in env, env
 
 
+def test_a_broken_taskprolog_interpreter_never_stops_a_task(cluster: Cluster, site: Path):
+    """slurmstepd ends a task whose TaskProlog exits non-zero, so a broken install would stop
+    every job on the cluster. The installed script's interpreter is removed, then replaced by a
+    real Python without slurmfabric (Debian's /usr/bin/python3): every task of a 2-node job
+    still runs, without the plan, and the job completes."""
+    a, b = cluster.nodes[:2]
+    interpreter = site / "python-with-pycache-prefix"  # what the fixture installed
+    assert interpreter.exists()
+    for case in ("removed", "no-slurmfabric"):
+        if case == "removed":
+            interpreter.unlink()
+        else:
+            interpreter.write_text('#!/bin/sh\nexec /usr/bin/python3 "$@"\n')
+            interpreter.chmod(0o755)
+            assert subprocess.run(["/usr/bin/python3", "-I", "-c", "import slurmfabric"],
+                                  capture_output=True).returncode != 0
+        out = site / f"broken-{case}"
+        out.mkdir()
+        script = f"""#!/bin/bash
+#SBATCH -N 2 --ntasks-per-node=2 -w {a},{b} -t 5
+set -euo pipefail
+srun --label env > {out}/env.txt
+echo finished
+"""
+        job = cluster.sbatch_wait(script, "-o", str(out / "job.txt"), timeout=120)
+        assert job.state == "COMPLETED", (case, (out / "job.txt").read_text())
+        assert "finished" in (out / "job.txt").read_text()
+        ran = tasks((out / "env.txt").read_text())
+        assert sorted(ran) == [0, 1, 2, 3], case
+        for env in ran.values():  # no plan, and nothing half-made
+            assert "NCCL_IB_HCA" not in env and "RANK" not in env, env
+
+
 def test_the_cli_filter_refuses_applies_defaults_and_fails_open(cluster: Cluster,
                                                                  site: Path) -> None:
     gpu = cluster.testbed.s.urgent_partition

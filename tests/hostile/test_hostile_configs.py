@@ -121,8 +121,9 @@ STUBS = {
                 'exit 97'),
     "module": "exit 0",
     # slurmfabric: env is the real one; launch execs what follows its "--"
+    # zipapp: a path that exists, since the script's host check reads it on every node
     "slurmfabric": ('if [ "$1" = env ]; then exec "$STUB_PY" -m slurmfabric "$@"; fi\n'
-                    'if [ "$1" = zipapp ]; then echo /stub/slurmfabric.pyz; exit 0; fi\n'
+                    'if [ "$1" = zipapp ]; then echo /dev/null; exit 0; fi\n'
                     'if [ "$1" = --version ]; then exit 0; fi\n'
                     'while [ "$#" -gt 0 ] && [ "$1" != -- ]; do shift; done; shift; '
                     'exec "$@"'),
@@ -439,7 +440,7 @@ def _run(case: Case, stubs: Path, config: object) -> list[str]:
             f"--container-image={value}" in r for r in srun_calls):
         wrong.append("srun never got --container-image=<value> as one argument")
     # in a container job the slurmfabric zipapp's mount comes first (docs/containers.md)
-    zipapp = "/stub/slurmfabric.pyz:/opt/slurmfabric/slurmfabric.pyz:ro,"
+    zipapp = "/dev/null:/opt/slurmfabric/slurmfabric.pyz:ro,"
     if case.field == "program.container_mounts[]" and not any(
             f"--container-mounts={first}{value[0]}" in r for r in srun_calls
             for first in ("", zipapp)):

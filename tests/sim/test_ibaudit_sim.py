@@ -27,31 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 NET = ROOT / "tests" / "fixtures" / "ib" / "fattree.net"
 
 
-def require_simulator() -> None:
-    missing = ib_sim.missing_requirements()
-    if missing:
-        pytest.fail(
-            f"simulated-fabric tests need {', '.join(missing)}: "
-            f"apt-get install -y {' '.join(ib_sim.PACKAGES)}",
-            pytrace=False,
-        )
-
-
-def start(workdir: Path, net_text: str) -> ib_sim.SimFabric:
-    require_simulator()
-    sim = ib_sim.SimFabric(workdir, net_text)
-    try:
-        sim.start()
-        sim.opensm_once()
-    except BaseException:
-        sim.stop()
-        raise
-    return sim
-
-
 @pytest.fixture
 def healthy(tmp_path: Path) -> Iterator[ib_sim.SimFabric]:
-    sim = start(tmp_path / "healthy", NET.read_text())
+    sim = ib_sim.start(tmp_path / "healthy", NET.read_text())
     yield sim
     sim.stop()
 
@@ -60,7 +38,7 @@ def healthy(tmp_path: Path) -> Iterator[ib_sim.SimFabric]:
 def faulty(tmp_path: Path) -> Iterator[ib_sim.SimFabric]:
     # ibsim has no console command for width: limit the sfn02 <-> leaf1/2 cable in the net file.
     net = ib_sim.degrade(NET.read_text(), "sfn02", 1, "leaf1", 2, "w=2")
-    sim = start(tmp_path / "faulty", net)
+    sim = ib_sim.start(tmp_path / "faulty", net)
     yield sim
     sim.stop()
 

@@ -46,8 +46,11 @@ def container_words(text: str) -> list[str]:
 def test_check_and_launch_steps_use_the_same_container_options() -> None:
     text = script('launcher.srun_args=["--container-workdir", "/work", "--exclusive", '
                   '"--no-container-mount-home"]')
-    steps = srun_lines(text)
+    pyz_check, *steps = srun_lines(text)
     assert len(steps) == 2  # the node check, then the launch
+    # first, on the hosts: the zipapp pyxis will mount (no container option there)
+    assert '"$sf_pyz_check" sf-check "$sf_pyz" || exit 2' in pyz_check
+    assert "--container-" not in pyz_check and "sf_container" not in pyz_check
     for step in steps:
         assert '"${sf_container[@]}"' in step
         # no container option outside the shared array: the check sees the launch's mounts
@@ -100,9 +103,31 @@ def test_without_a_container_nothing_changes() -> None:
     assert "SLURMFABRIC_CONTAINER_ENV" not in text
 
 
+def _snippet(text: str, name: str = "sf_image_check") -> str:
+    line = next(x for x in text.splitlines() if x.startswith(f"{name}="))
+    return shlex.split(line[len(f"{name}="):])[0]
+
+
 def _image_check(text: str) -> str:
-    line = next(x for x in text.splitlines() if x.startswith("sf_image_check="))
-    return shlex.split(line[len("sf_image_check="):])[0]
+    return _snippet(text)
+
+
+def test_a_zipapp_a_node_cannot_see_fails_on_the_host_naming_node_and_fix(
+        tmp_path: Path) -> None:
+    """The zipapp's directory is not shared with a node: the host-side check says so in one
+    line, before pyxis fails the step with its own 'cannot stat source path'."""
+    check = _snippet(script(), "sf_pyz_check")
+    pyz = tmp_path / "slurmfabric-1.pyz"
+    out = subprocess.run(["/bin/sh", "-c", check, "sf-check", str(pyz)],
+                         env={"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "node7"},
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert f"the slurmfabric zipapp {pyz} is not visible on node7" in out.stderr
+    assert "SLURMFABRIC_ZIPAPP_DIR to a directory that every node mounts" in out.stderr
+    pyz.write_bytes(b"PK")
+    ok = subprocess.run(["/bin/sh", "-c", check, "sf-check", str(pyz)],
+                        env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert ok.returncode == 0 and not ok.stderr, ok.stderr
 
 
 def test_an_image_without_python3_fails_the_check_naming_the_image(tmp_path: Path) -> None:
@@ -212,23 +237,6 @@ def test_the_per_rank_modules_need_no_third_party_package() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_the_pyxis_stand_in_applies_pyxis_env_precedence() -> None:
-    """tests/fakepyxis.py, which the cluster test trusts: the image's ENV over the host's,
-    except names of --container-env that the host sets (pyxis args.c, tests/env.bats)."""
-    import fakepyxis
-
-    host = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_HCA": "mlx5_0", "LANG": "C.UTF-8", "A": "1"}
-    image = {"NCCL_SOCKET_IFNAME": "eth9", "NCCL_IB_HCA": "mlx5_9", "UNSET": "img"}
-    env = fakepyxis.task_env(host, image, {"NCCL_SOCKET_IFNAME", "UNSET"})
-    assert env == {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_HCA": "mlx5_9", "A": "1",
-                   "UNSET": "img"}  # LANG dropped: pyxis's container_deny_env
-    srun, pyxis, command = fakepyxis.split(
-        ["--nodes", "2", "--container-env", "A,B", "--container-name=sf-7",
-         "--no-container-mount-home", "-w", "n1", "sh", "-c", "x"])
-    assert srun == ["--nodes", "2", "-w", "n1"] and command == ["sh", "-c", "x"]
-    assert pyxis == {"container-env": ["A,B"], "container-name": ["sf-7"]}
-
-
 def test_a_named_container_without_an_image_is_a_container_job() -> None:
     """pyxis runs a step in an existing named container with --container-name alone; its
     ranks run the zipapp too, and the check names that container."""
@@ -238,7 +246,7 @@ def test_a_named_container_without_an_image_is_a_container_job() -> None:
     words = container_words(text)
     assert not any(w.startswith("--container-image") for w in words)
     assert words[-2:] == ["--container-name", "prepared"]
-    check, launch = srun_lines(text)
+    _, check, launch = srun_lines(text)
     assert check.endswith("sf-check prepared /opt/slurmfabric/slurmfabric.pyz || exit 2")
     assert "python3 /opt/slurmfabric/slurmfabric.pyz launch" in launch
 

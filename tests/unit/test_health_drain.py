@@ -12,6 +12,7 @@ from helpers import fake_slurm, hgx_node, scontrol_calls, slurm_nodes, write_con
 from slurmfabric.errors import ConfigError, HealthError
 from slurmfabric.health import drain, siteconfig
 from slurmfabric.health.hookscript import EXIT_NODE_BAD
+from slurmfabric.slurm import pyslurm as slurm_pyslurm
 
 
 @pytest.fixture(autouse=True)
@@ -187,6 +188,9 @@ def fake_pyslurm(mocker, nodes: dict[str, tuple[str, str | None]], down: bool = 
     mod.Nodes = types.SimpleNamespace(load=mocker.Mock(side_effect=load_all))
     mod.loaded = loaded
     mocker.patch.dict(sys.modules, {"pyslurm": mod})
+    # the version check (slurm/pyslurm.py) passes: a 25.11 pyslurm on Slurm 25.11
+    mocker.patch.object(slurm_pyslurm, "installed_version", return_value="25.11.2")
+    mocker.patch.object(slurm_pyslurm.slurmcmd, "slurm_version", return_value=(25, 11, 1))
     return mod
 
 
@@ -250,20 +254,21 @@ def test_pyslurm_unreachable_controller_is_deferred(mocker, tmp_path) -> None:
 
 
 def test_absent_pyslurm_defers_with_a_hint_and_resume_says_why(mocker, tmp_path) -> None:
-    mocker.patch.dict(sys.modules, {"pyslurm": None})  # "import pyslurm" raises ImportError
+    mocker.patch.object(slurm_pyslurm, "installed_version", return_value=None)  # absent
     out = drain.drain("n1", "gpu.ecc", "GPU3 bad", pol(state_dir=tmp_path, backend="pyslurm"))
     assert out.outcome == drain.DEFERRED and not out.drained
-    assert "pyslurm cannot be imported" in out.detail
+    assert "pyslurm cannot be used: pyslurm is not installed" in out.detail
     assert 'drain_backend = "scontrol"' in out.detail
     assert drain.remembered("n1", tmp_path)["reason"] == "slurmfabric: gpu.ecc: GPU3 bad"
-    with pytest.raises(HealthError, match="pyslurm cannot be imported") as info:
+    with pytest.raises(HealthError,
+                       match="pyslurm cannot be used: pyslurm is not installed") as info:
         drain.resume_if_ours("n1", pol(state_dir=tmp_path, backend="pyslurm"))
-    assert "major.minor" in info.value.hint
+    assert "release line" in info.value.hint
 
 
 def test_backend_comes_from_the_site_config(mocker, slurm, tmp_path, _site_config) -> None:
     env = slurm({"n1": ("IDLE", "")})
-    mocker.patch.dict(sys.modules, {"pyslurm": None})
+    mocker.patch.object(slurm_pyslurm, "installed_version", return_value=None)  # absent
     # Default: scontrol, and pyslurm is never imported (it would fail here).
     policy = drain.DrainPolicy.load("n1", state_dir=str(tmp_path))
     assert policy.backend == "scontrol" and policy.state_dir == str(tmp_path)
@@ -306,12 +311,12 @@ def test_hook_with_pyslurm_absent_still_fails_and_keeps_the_reason(
     )
     monkeypatch.setenv(siteconfig.CONFIG_ENV, str(cfg))
     monkeypatch.setenv("PATH", env["PATH"])  # run_hook may prepend to PATH
-    mocker.patch.dict(sys.modules, {"pyslurm": None})
+    mocker.patch.object(slurm_pyslurm, "installed_version", return_value=None)  # absent
     rc = hooks.run_hook("prolog", env={"SLURMD_NODENAME": "gpu007", "SLURM_JOB_ID": "9"})
     assert rc == EXIT_NODE_BAD  # Slurm drains the node ("Prolog error") and requeues the job
     report = json.loads((state / "reports" / "last-gpu007.json").read_text())
     assert report["drain"]["outcome"] == drain.DEFERRED
-    assert "pyslurm cannot be imported" in report["drain"]["detail"]
+    assert "pyslurm cannot be used: pyslurm is not installed" in report["drain"]["detail"]
     saved = drain.remembered("gpu007", state)
     assert saved["applied"] is False and saved["reason"].startswith("slurmfabric: gpu.ecc:")
     assert scontrol_calls(env) == []  # no silent fallback to scontrol

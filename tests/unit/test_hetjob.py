@@ -201,7 +201,8 @@ def test_the_docs_block_renders_what_it_says():
 def test_auto_backend_submits_a_het_job_through_sbatch(monkeypatch: pytest.MonkeyPatch):
     from slurmfabric.job import submit
 
-    monkeypatch.setattr(submit, "resolve_backend", lambda name: "pyslurm")  # pyslurm works
+    monkeypatch.setattr(submit.slurm_pyslurm, "installed_version", lambda: "25.11.2")
+    monkeypatch.setattr(submit.slurm_pyslurm, "check_version", lambda *a: None)  # it matches
     assert submit.build_request(het_config(), backend="auto").backend == "sbatch"
     with pytest.raises(UsageError, match="job.components"):
         submit.build_request(het_config(), backend="pyslurm")

@@ -108,8 +108,10 @@ def test_judge_low_bandwidth_and_small_messages():
     slow = judge(run, [400.0] * 16)  # 800 GB/s line rate -> wants >= 700
     assert not slow.ok and "LOW BANDWIDTH" in slow.findings[-1]
     tiny = one("nccl-tests-allreduce-gb10-2.20.txt")
-    verdict = judge(tiny, [200.0])
-    assert verdict.ok and "not judged" in verdict.findings[0]
+    verdict = judge(tiny, [200.0])  # issue 46: a sweep too short to judge is not OK
+    assert not verdict.ok and verdict.state == "UNKNOWN"
+    assert "CANNOT TELL" in verdict.findings[0] and "-e 1G" in verdict.findings[0]
+    assert judge(tiny).ok and "not judged" in judge(tiny).findings[0]  # nothing asked
 
 
 def test_parse_rate_and_discover_counts_only_the_rails(tmp_path, capsys):

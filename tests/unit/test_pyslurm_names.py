@@ -33,8 +33,19 @@ def test_the_pin_the_release_and_the_readme_agree() -> None:
     major_minor = ".".join(pin)
     assert VERSION.startswith(major_minor + ".")
     launch_doc = (REPO / "docs" / "launch.md").read_text()
-    assert f"pins pyslurm {major_minor}.*, which works with Slurm {major_minor}.x only" \
-        in launch_doc
+    assert f"`pip install 'slurmfabric[pyslurm]'` (pyslurm {major_minor}.*) fits Slurm " \
+        f"{major_minor} only" in launch_doc
+
+
+def test_the_build_script_and_the_docs_name_the_same_tags() -> None:
+    """scripts/build-pyslurm.sh's release line -> tag choice is the docs' table."""
+    script = (REPO / "scripts" / "build-pyslurm.sh").read_text()
+    chosen = re.findall(r"^  (\d+\.\d+)\.\*\) want=([\d.]+);", script, re.M)
+    assert chosen == [("22.05", "22.5.3"), ("24.11", "24.11.0")]
+    launch_doc = (REPO / "docs" / "launch.md").read_text()
+    for line, tag in chosen:
+        assert re.search(rf"^\| {re.escape(line)} \(Debian \d+\) \| v{re.escape(tag)} \|",
+                         launch_doc, re.M), (line, tag)
 
 
 def _sdist(tmp_path: Path, pxd: str, version: str = "25.11.9") -> Path:

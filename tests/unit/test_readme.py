@@ -36,6 +36,12 @@ NCCL = ROOT / "tests" / "fixtures" / "nccl"
 
 # Commands of the pages another suite runs for real, with the test that does.
 ELSEWHERE: dict[str, str] = {
+    "slurmfabric testbed up --cpus 256":
+        "tests/cluster/test_import_corpus.py::test_the_docs_walkthrough_runs_as_shown",
+    "slurmfabric import princeton_ddp.slurm -o job.toml --check --quiet":
+        "tests/cluster/test_import_corpus.py::test_the_docs_walkthrough_runs_as_shown",
+    "slurmfabric submit -c job.toml":
+        "tests/cluster/test_import_corpus.py::test_the_docs_walkthrough_runs_as_shown",
     "slurmfabric testbed up":
         "tests/cluster/test_testbed.py::test_second_up_reports_running_cluster",
     'eval "$(slurmfabric testbed env)"':
@@ -103,6 +109,9 @@ ELSEWHERE: dict[str, str] = {
     "slurmfabric whatif --model llama3-70b --nodes 16 --gpus-per-node 8 --fabric ib"
     " --port-rate 400 --halve-cable gpu007 --overlap 0 --sweep --svg whatif.svg":
         "tests/unit/test_whatif.py::test_the_command_prints_the_table_the_faults_and_an_svg",
+    "slurmfabric whatif --model llama3-70b --nodes 16 --overlap 0 --halve-cable gpu007"
+    " --price-per-gpu-hour 2.5":
+        "tests/unit/test_whatif.py::test_money_per_step_per_useful_flop_and_a_fault_per_day",
     "slurmfabric whatif --params 1e9 --nodes 4 --gpus-per-node 1 --fabric tcp"
     " --frontend-rate 10 --sweep":
         "tests/unit/test_whatif.py::test_the_testbed_shape_sweeps_over_tcp",
@@ -129,6 +138,8 @@ ELSEWHERE: dict[str, str] = {
         "tests/cluster/test_jobs_cluster.py::test_cancel_then_wait_says_cancelled",
     "slurmfabric health versions /shared/slurmfabric/versions":
         "tests/unit/test_health_versions.py::test_versions_command_prints_the_odd_nodes",
+    "slurmfabric ib routes --nodes 'gpu[001-128]'":
+        "tests/sim/test_ibroutes_sim.py::test_programmed_detours_and_a_lopsided_leaf_are_named",
     "slurmfabric ib links --node gpu017":
         "tests/sim/test_ibaudit_sim.py::test_links_for_one_node_and_local_ibstat",
 }
@@ -291,7 +302,8 @@ def _check_gdr_fallback(proc: subprocess.CompletedProcess[str], work: Path) -> N
 
 
 def _nccl_log(work: Path) -> None:
-    (work / "slurm-1234.out").write_text((NCCL / "nccl-2.19.3-socket-fallback.log").read_text())
+    # sockets between nodes (a one-rank log is not judged on the network: issue 46)
+    (work / "slurm-1234.out").write_text((NCCL / "nccl-no-device-multinode.log").read_text())
 
 
 def _allreduce(work: Path) -> None:

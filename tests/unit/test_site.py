@@ -16,6 +16,7 @@ import fakesysfs
 import nodes
 import pytest
 from cleanenv import clean_env, python_with_prefix
+from syslogsink import SyslogSink
 
 from slurmfabric.errors import ConfigError
 from slurmfabric.site import clifilter, taskprolog
@@ -293,12 +294,16 @@ def test_install_writes_the_hooks_and_prints_the_conf_lines(tmp_path, roots, cap
     site = tmp_path / "site.toml"
     site.write_text(POLICY)
     dest = tmp_path / "hooks"
+    spaced = tmp_path / "sf env" / "python3"  # a path that needs quoting in the script
+    spaced.parent.mkdir()
+    spaced.symlink_to(python_with_prefix(tmp_path))
     assert main(["site", "install", str(dest), "--config", str(site), "--python",
-                 "/opt/sf env/bin/python3", "--sysfs-root", "/fix/{node}"]) == 0
+                 str(spaced), "--sysfs-root", "/fix/{node}"]) == 0
     out = capsys.readouterr().out
     script = (dest / "slurmfabric-taskprolog").read_text()
-    assert "SLURMFABRIC_PYTHON='/opt/sf env/bin/python3'" in script
-    assert script.rstrip().endswith("(sys.argv[1:]))' --sysfs-root '/fix/{node}'")
+    assert f"SLURMFABRIC_PYTHON='{spaced}'" in script
+    assert "(sys.argv[1:]))' --sysfs-root '/fix/{node}' 2>&1 </dev/null) 2>/dev/null\n" \
+        in script
     assert os.access(dest / "slurmfabric-taskprolog", os.X_OK)
     assert f"TaskProlog={dest.resolve()}/slurmfabric-taskprolog" in out
     assert "CliFilterPlugins=cli_filter/lua" in out and (dest / "cli_filter.lua").exists()
@@ -336,3 +341,109 @@ def test_a_hostile_node_name_cannot_move_the_sysfs_root(tmp_path, roots, capsys)
         assert taskprolog.main(env, roots, None, True) == 0
         out = capsys.readouterr()
         assert out.out == "" and "cannot name a sysfs root" in out.err
+
+
+# --- the TaskProlog fails open ------------------------------------------------------------
+
+# Stand-ins for the ways an installed interpreter breaks on a node. Each prints what the real
+# failure prints (CPython's last traceback line for a venv that lost slurmfabric).
+BROKEN = {
+    "missing": None,
+    "false": "/usr/bin/false",
+    "no-slurmfabric": "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                      "echo \"ModuleNotFoundError: No module named 'slurmfabric'\" >&2\nexit 1\n",
+    "signal": "#!/bin/sh\necho 'export NCCL_IB_HCA=half'\nkill -SEGV $$\n",
+    "hang": "#!/bin/sh\nexec sleep 30\n",
+    "hang-ignoring-term": "#!/bin/sh\ntrap '' TERM\nsleep 30\n",
+    "not-a-file": "/",
+}
+CAUSE = {
+    "missing": "is missing or not executable",
+    "false": "/usr/bin/false failed (exit 1)",
+    "no-slurmfabric": "failed (exit 1): ModuleNotFoundError: No module named 'slurmfabric'",
+    "signal": "was killed by signal 11",
+    "hang": "ran past 1 s and was stopped",
+    "hang-ignoring-term": "was killed (SIGKILL",
+    "not-a-file": "/ is missing or not executable",
+}
+
+
+def installed_with(tmp: Path, python: str, syslog: Path | None = None) -> Path:
+    """The installed TaskProlog with its settings lines pointed at ``python`` (what an admin's
+    edit, a removed venv or a broken upgrade leaves behind) and a 1-second time cap."""
+    from slurmfabric.site import install
+
+    text = install.taskprolog_script(str(python_with_prefix(tmp)))
+    lines = [f"SLURMFABRIC_PYTHON={python}" if line.startswith("SLURMFABRIC_PYTHON=")
+             else "SLURMFABRIC_TASKPROLOG_MAX_S=1"
+             if line.startswith("SLURMFABRIC_TASKPROLOG_MAX_S=")
+             else f"SLURMFABRIC_SYSLOG_SOCKET={syslog or tmp / 'no-syslog'}"
+             if line.startswith("SLURMFABRIC_SYSLOG_SOCKET=") else line
+             for line in text.splitlines()]
+    script = tmp / "slurmfabric-taskprolog"
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_a_broken_interpreter_never_fails_the_task(tmp_path, kind) -> None:
+    body = BROKEN[kind]
+    if body is None:
+        python = str(tmp_path / "gone" / "bin" / "python3")
+    elif body.startswith("/"):
+        python = body
+    else:
+        stub = tmp_path / "python3"
+        stub.write_text(body)
+        stub.chmod(0o755)
+        python = str(stub)
+    sink = SyslogSink(tmp_path / "log.sock")
+    script = installed_with(tmp_path, python, sink.path)
+    env = {k: v for k, v in task_env(tmp_path).items() if k != "PATH"}  # slurmstepd's
+    ran = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=20)
+    assert ran.returncode == 0 and ran.stdout == ""  # nothing half-made is exported
+    assert ran.stderr.count("\n") == 1, ran.stderr  # one line, no traceback, no "Killed"
+    assert ran.stderr.startswith("slurmfabric taskprolog: ")
+    assert CAUSE[kind] in ran.stderr and "(fail-open)" in ran.stderr
+    assert "export" not in ran.stderr
+    logged = sink.lines()
+    assert len(logged) == 1 and "slurmfabric-taskprolog" in logged[0], logged
+    assert f"node=sfn1 job=77 step=0: {ran.stderr.strip()}" in logged[0]
+
+
+def test_a_working_interpreter_exports_and_keeps_its_messages_on_stderr(tmp_path, roots,
+                                                                        ) -> None:
+    script = installed_with(tmp_path, str(python_with_prefix(tmp_path)))
+    text = script.read_text().replace("sys.exit(taskprolog_main(sys.argv[1:]))'",
+                                      f"sys.exit(taskprolog_main(sys.argv[1:]))' "
+                                      f"--sysfs-root '{roots}' --bogus-later")
+    script.write_text(text)
+    env = {k: v for k, v in task_env(tmp_path).items() if k != "PATH"}
+    ran = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    # an unknown option: the Python side says so on stderr and exports nothing, exit 0
+    assert ran.returncode == 0 and ran.stdout == ""
+    assert "unknown option '--bogus-later'" in ran.stderr
+    script.write_text(text.replace(" --bogus-later", ""))
+    ran = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stderr == ""
+    assert "export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n" in ran.stdout
+    assert all(line.startswith("export ") for line in ran.stdout.splitlines())
+
+
+@pytest.mark.parametrize("python", ["/usr/bin/false", "stub", "/", "relative/python3"])
+def test_install_refuses_an_interpreter_that_cannot_run_the_taskprolog(tmp_path, capsys,
+                                                                       python) -> None:
+    from slurmfabric.cli import main
+
+    if python == "stub":  # a Python without slurmfabric, as a venv for another tool has
+        stub = tmp_path / "python3"
+        stub.write_text(BROKEN["no-slurmfabric"])
+        stub.chmod(0o755)
+        python = str(stub)
+    assert main(["site", "install", str(tmp_path / "hooks"), "--python", python]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(("slurmfabric: error: --python " + python,
+                           f"slurmfabric: error: --python {python!r}"))
+    assert "Traceback" not in err
+    assert not (tmp_path / "hooks" / "slurmfabric-taskprolog").exists()  # nothing written

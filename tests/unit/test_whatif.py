@@ -236,3 +236,107 @@ def test_small_messages_collapse_and_size_picks_the_algorithm() -> None:
     assert collectives.busbw_at(big, "all_reduce", 2**29, "ring")[0] < 150.0
     with pytest.raises(ValueError, match="nvls does not run all_gather"):
         collectives.best(one, "all_gather", 2**20, "nvls")
+
+
+def whatif_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurmfabric", "whatif", *args],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--slow-gpu", "gpu999:42:0.5"], "--slow-gpu gpu999: no such node in a 16-node job"),
+    (["--slow-gpu", "gpu009:42:0.5"], "GPU 42 does not exist on a node of 8 GPUs (0-7)"),
+    (["--halve-cable", "gpu017"], "--halve-cable gpu017: no such node"),
+    (["--halve-cable", "frontend"], "--halve-cable frontend: no such node"),
+    (["--nodelist", "gpu[001-016]", "--halve-cable", "gpu017"],
+     "the job's nodes are gpu001..gpu016"),
+    (["--nodelist", "gpu[001-004]"], "names 4 nodes; --nodes is 16"),
+    (["--tp", "3"], "--tp 3: tensor parallel runs inside a node"),
+    (["--tp", "16"], "--tp 16: tensor parallel runs inside a node"),
+    (["--pp", "128"], "--pp 128: more stages than the model's 80 layers"),
+    (["--pp", "3"], "--tp 1 x --pp 3 does not divide the job's 128 GPUs"),
+])
+def test_a_job_the_model_cannot_stand_for_is_refused_in_one_line(args, says) -> None:
+    proc = whatif_cli("--model", "llama3-70b", "--nodes", "16", *args)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_faults_on_nodes_the_job_has_are_priced() -> None:
+    for args in (["--halve-cable", "gpu016"], ["--slow-gpu", "node01:7:0.5"],
+                 ["--nodelist", "gpu[001-016]", "--halve-cable", "gpu016"]):
+        proc = whatif_cli("--model", "llama3-70b", "--nodes", "16", *args)
+        assert proc.returncode == 0 and "fault: " in proc.stdout, (args, proc.stderr)
+
+
+def test_a_model_that_cannot_fit_is_refused_and_the_fitting_scale_named() -> None:
+    from slurmfabric.whatif import memory
+
+    l405 = whatif.MODELS["llama3-405b"]
+    one = whatif.Job(params=l405["params"], layers=l405["layers"], hidden=l405["hidden"])
+    got = memory.footprint(one)
+    # 16 bytes per parameter over 8 GPUs (ZeRO's mixed-precision Adam), the 80 GB of an H100
+    assert got.states_gb == pytest.approx(16 * 405.8e9 / 8 / 1e9)
+    assert got.capacity_gb == 80.0 and not got.fits
+    fewest = memory.fewest_nodes(one)
+    assert memory.footprint(replace(one, nodes=fewest)).fits
+    assert not memory.footprint(replace(one, nodes=fewest - 1)).fits
+    proc = whatif_cli("--model", "llama3-405b", "--nodes", "1")
+    assert proc.returncode == 2 and "the model does not fit: 812 GB" in proc.stderr
+    assert f"it fits from --nodes {fewest}" in proc.stderr and "Traceback" not in proc.stderr
+    # data parallel keeps a whole copy: no scale helps, the line says what does
+    proc = whatif_cli("--model", "llama3-70b", "--nodes", "64", "--data-parallel")
+    assert proc.returncode == 2 and "drop --data-parallel" in proc.stderr
+    # tensor and pipeline parallel split the model: 405B on 16 nodes at tp 8 x pp 4 fits
+    split = replace(one, nodes=16, tp=8, pp=4)
+    assert memory.footprint(split).fits and not memory.footprint(replace(one, nodes=16)).fits
+    assert whatif_cli("--model", "llama3-405b", "--nodes", "16", "--tp", "8", "--pp",
+                      "4").returncode == 0
+
+
+def test_money_per_step_per_useful_flop_and_a_fault_per_day() -> None:
+    well = job(nodes=16, fabric="tcp", tokens_per_gpu=4096)
+    money = whatif.cost(well, 2.0)
+    eff = whatif.efficiency(well)
+    assert money["per_hour"] == pytest.approx(128 * 2.0)
+    assert money["per_step"] == pytest.approx(128 * 2.0 * whatif.step(well).seconds / 3600)
+    flops = whatif.flops_per_token(well) * 4096 * 128
+    assert money["per_useful_pflop"] == pytest.approx(money["per_step"] / (flops / 1e15))
+    # the guide's rule: at 60 % utilisation a useful FLOP costs 67 % more (1/e - 1)
+    assert money["premium"] == pytest.approx(1 / eff - 1) and eff < 0.2
+    assert money["ideal_per_useful_pflop"] == pytest.approx(money["per_useful_pflop"] * eff)
+    proc = whatif_cli("--model", "llama3-70b", "--nodes", "16", "--overlap", "0",
+                      "--halve-cable", "gpu007", "--price-per-gpu-hour", "2.5", "--json")
+    data = json.loads(proc.stdout)
+    (fault,) = data["faults"]
+    assert fault["cost_per_day"] == pytest.approx(128 * 2.5 * 24 * fault["lost"])
+    assert data["cost"]["per_day"] == pytest.approx(128 * 2.5 * 24)
+    text = whatif_cli("--model", "llama3-70b", "--nodes", "16", "--overlap", "0",
+                      "--halve-cable", "gpu007", "--price-per-gpu-hour", "2.5").stdout
+    assert f"cost of one NIC of gpu007 at 0.5 of its rate: {128 * 2.5 * 24 * fault['lost']:,.2f}" \
+        " a day" in text
+
+
+def test_tensor_and_pipeline_parallel_traffic() -> None:
+    """tp 8 keeps its all-reduces on NVLink and leaves each data-parallel group one NIC;
+    a pipeline adds its bubble and the stage-to-stage sends across nodes."""
+    flat = job(nodes=16, overlap=0.0)
+    split = replace(flat, tp=8, pp=2)
+    a, b = whatif.step(flat), whatif.step(split)
+    assert a.tp_comm == a.pp_comm == a.bubble == 0.0
+    # one GPU per node in each data-parallel group: one NIC's rate, not the node's eight
+    assert b.busbw == pytest.approx(whatif.nic_rate_gbs(flat, 400.0), rel=0.05)
+    assert "1 NICs" in b.limit
+    m = split.microbatches
+    assert m == 8192 * 8 * 2 / 8192
+    assert b.bubble == pytest.approx(b.compute * (2 - 1) / m)
+    # 4 all-reduces of s x h bf16 per layer and micro-batch, over NVLink inside the node
+    from slurmfabric.whatif import collectives
+
+    one, _ = collectives.best(replace(flat, nodes=1, gpus_per_node=8), "all_reduce",
+                              8192 * 8192 * 2.0)
+    assert b.tp_comm == pytest.approx(one * 4 * 40 * m)
+    assert b.pp_comm > 0 and b.seconds == pytest.approx(
+        b.compute + b.bubble + b.exposed)
+    # a halved cable slows the stage boundary that crosses it
+    assert whatif.step(replace(split, slow_link=("gpu3", 0.5))).pp_comm > b.pp_comm

@@ -341,3 +341,37 @@ def test_whatif_model_step_is_what_the_lab_calls() -> None:
     job = lab.lab_job("ib", 16, "llama3-70b", "h100", ("cable",), "0")
     assert lab.case("ib", 16, "llama3-70b", "h100", ("cable",), "0") == whatif.step(job)
     assert job.slow_link == (lab.CABLE_NODE, 0.5) and job.overlap == 0.0
+
+
+def test_the_page_opens_on_the_cable_fault_and_says_why_it_hides(page, tmp_path) -> None:
+    """The first view is 16 InfiniBand nodes with one cable halved at FSDP's overlap, where
+    the fault costs nothing: the page says why, and what it costs with no overlap."""
+    assert lab.DEFAULT["faults"] == "cable"
+    hidden = lab.case("ib", 16, "llama3-70b", "h100", ("cable",), "0.5")
+    healthy = lab.case("ib", 16, "llama3-70b", "h100", (), "0.5")
+    assert hidden.seconds == pytest.approx(healthy.seconds)  # the fault hides here
+    bare = lab.case("ib", 16, "llama3-70b", "h100", ("cable",), "0")
+    lost = 1 - lab.case("ib", 16, "llama3-70b", "h100", (), "0").seconds / bare.seconds
+    dom = dump(page, "", tmp_path / "p")  # no state in the URL: the default view
+    check_case(dom, hidden.seconds, ["cable"])
+    why = " ".join(dom.text["finders"].split())
+    assert "Hidden behind the compute here" in why
+    assert f"its collectives take {hidden.comm:.2f} s (healthy {healthy.comm:.2f} s)" in why
+    assert f"With no overlap it costs {100 * lost:.1f} % of the throughput" in why
+    assert lost > 0.05
+    # where the fault shows, there is nothing to explain
+    dom = dump(page, CABLE, tmp_path / "p")
+    assert "Hidden behind" not in dom.text["finders"]
+
+
+def test_a_job_that_does_not_fit_says_so_instead_of_a_step_time(page, tmp_path) -> None:
+    from slurmfabric.whatif import memory
+
+    data = embedded(page)
+    job = lab.lab_job("ib", 1, "llama3-405b", "h100")
+    assert data["too_big"]["1|llama3-405b|h100"] == memory.refusal(job)
+    assert "16|llama3-70b|h100" not in data["too_big"]
+    dom = dump(page, "fabric=ib&nodes=1&model=llama3-405b&gpu=h100&overlap=0&faults=",
+               tmp_path / "p")
+    assert dom.text["step"] == "does not fit in GPU memory"
+    assert "This job cannot start: the model does not fit: 812 GB" in dom.text["fit"]

@@ -19,7 +19,14 @@ from typing import Any, Optional
 
 from slurmfabric.job.importer import launch as launchmod
 from slurmfabric.job.importer import sbatch
-from slurmfabric.job.importer.expand import Field, Scope, Value, default_value, expand
+from slurmfabric.job.importer.expand import (
+    ARGS,
+    Field,
+    Scope,
+    Value,
+    default_value,
+    expand,
+)
 from slurmfabric.job.importer.shellwords import Command, Op, ShellSyntaxError, Word, commands
 
 KINDS = ("mapped", "derived", "dropped", "fixed", "verbatim", "unmapped")
@@ -44,6 +51,8 @@ class Note:
 class ImportResult:
     config: dict[str, Any]
     notes: list[Note] = field(default_factory=list)
+    # program.setup / program.teardown: the script line of each list item
+    code_lines: dict[str, list[int]] = field(default_factory=dict)
 
     def leftovers(self) -> list[Note]:
         """Everything that is not a plain mapping, in line order."""
@@ -65,6 +74,13 @@ class _Importer:
         self.assigns: list[tuple[Command, list[str], str]] = []
         self.steps: list[dict[str, Any]] = []
         self.errexit = False
+        self.code_lines: dict[str, list[int]] = {}
+        self.job: dict[str, Any] = {}
+        self.where = "setup"
+        self.env_code: Optional[int] = None  # line of the first kept module/source/conda line
+        self.derived_exports: list[tuple[Command, str, str, str]] = []  # cmd, name, text, where
+        # The script's shell options (set -e/-u/-o pipefail) at the launch line.
+        self.options = {"e": False, "u": False, "pipefail": False}
 
     def note(self, line: int, kind: str, text: str, message: str) -> None:
         text = " ".join(text.split())
@@ -77,12 +93,14 @@ class _Importer:
         for line, word in bad:
             self.note(line, "unmapped", word, "not an sbatch option sbatch would read")
         job, other = sbatch.job_fields(found, self.note)
+        self.job = job
         self._shebang()
         cmds = commands(self.text)
         index = self._launch_index(cmds)
         launched: Optional[launchmod.Launch] = None
         for i, cmd in enumerate(cmds):
             where = "setup" if index is None or i < index else "teardown"
+            self.where = "launch" if i == index else where
             if i == index:
                 launched = self._launch(cmd, job)
             else:
@@ -91,7 +109,8 @@ class _Importer:
             self.note(0, "unmapped", "", "no launch line (srun, mpirun, torchrun or python -m "
                       "torch.distributed.run) found; program.command is empty")
         self._settle_assignments(launched)
-        return ImportResult(self._config(job, other, launched), self.notes)
+        config = self._config(job, other, launched)
+        return ImportResult(config, self.notes, self.code_lines)
 
     def _shebang(self) -> None:
         first = self.text.split("\n", 1)[0]
@@ -102,8 +121,10 @@ class _Importer:
 
     def _launch_index(self, cmds: list[Command]) -> Optional[int]:
         """The launch line: the last srun/mpirun/torchrun line, preferring one that starts
-        torchrun, then one that starts python or MPI (a later 'srun ls' is a step)."""
-        found, best = None, -1
+        torchrun, then one that starts python or a benchmark (``*_perf``), then any other
+        program; a probe (``hostname``, ``nvidia-smi``, ...) is the launch only when
+        nothing else is (``mpirun -N 1 hostname`` before the benchmark is a step)."""
+        found, best = None, -2
         for i, cmd in enumerate(cmds):
             if cmd.block or cmd.heredoc:
                 continue
@@ -117,8 +138,9 @@ class _Importer:
             if launchmod.is_launch(words):
                 score = 2 if any(launchmod.base(w) == "torchrun" or w == "torch.distributed.run"
                                  for w in words) else \
-                    1 if any(re.match(r"(.*/)?(python[0-9.]*|mpirun|mpiexec)\Z|.*\.py\Z", w)
-                             for w in words) else 0
+                    1 if any(re.match(r"(.*/)?python[0-9.]*\Z|.*\.py\Z|(.*/)?[a-z_]+_perf"
+                                      r"(_mpi)?\Z", w) for w in words) else \
+                    -1 if any(launchmod.base(w) in _PROBES for w in words) else 0
                 if score >= best:
                     found, best = i, score
         return found
@@ -145,6 +167,11 @@ class _Importer:
             self._declare(cmd, words, where)
             return
         if first == "module" and len(words) > 2 and words[1].literal() in ("load", "add") \
+                and where == "setup" and self.env_code is not None:
+            self._keep(cmd, where, f"after line {self.env_code}'s environment code, so the "
+                       "order stays (program.modules would load before it)")
+            return
+        if first == "module" and len(words) > 2 and words[1].literal() in ("load", "add") \
                 and where == "setup" and all(w.literal() for w in words[2:]):
             self.modules += [w.literal() or "" for w in words[2:]]
             self.note(cmd.line, "mapped", cmd.raw, "program.modules")
@@ -154,9 +181,14 @@ class _Importer:
             return
         if first == "set" and any(re.fullmatch(r"-[a-z]*e[a-z]*", w.raw) for w in words[1:]):
             self.errexit = where == "setup" or self.errexit
+        if first == "set" and where == "setup":
+            _set_options(self.options, [w.raw for w in words[1:]])
         self._keep(cmd, where, "kept as code")
 
     def _keep(self, cmd: Command, where: str, why: str) -> None:
+        first = cmd.words[0].literal() if cmd.words else None
+        if where == "setup" and self.env_code is None and first in _ENV_CODE:
+            self.env_code = cmd.line
         self.kept.append((cmd, where))
         self.note(cmd.line, "verbatim", cmd.raw, f"program.{where} ({why})")
 
@@ -179,7 +211,7 @@ class _Importer:
                 return None
         fields = expand(value, self.scope, split=False)
         f = fields[0] if fields else Field("")
-        whole_runtime = len(f.runtime) == 1 and f.runtime[0] == f.text
+        whole_runtime = len(f.runtime) == 1 and f.runtime[0] == f.text or _has_args(fields)
         self.scope.values[name] = Value("runtime") if whole_runtime or len(f.text) > _LONGEST \
             else Value("static", f.text, (f,))
         return name
@@ -237,7 +269,8 @@ class _Importer:
             mapped = self._env(name, f, cmd)
             # What is known of the value still serves the launch line ("srun bash -c "$CMD"").
             # (Mapped to env_prepend and the like, the value is the fields' business.)
-            whole_runtime = len(f.runtime) == 1 and f.runtime[0] == f.text
+            whole_runtime = len(f.runtime) == 1 and f.runtime[0] == f.text \
+                or _has_args(fields)
             partial = not mapped and not whole_runtime and not f.params \
                 and len(f.text) <= _LONGEST
             self.scope.values[name] = Value("static", f.text, (f,)) if f.static or partial \
@@ -250,7 +283,7 @@ class _Importer:
         """One exported variable -> the env field that does the same; False: it needs code."""
         line = cmd.line
         if name in launchmod.DERIVED_ENV:
-            self.note(line, "derived", f"{name}={f.text}", "slurmfabric sets it for every rank")
+            self.derived_exports.append((cmd, name, f"{name}={f.text}", self.where))
             return True
         if f.runtime and not all(_SIMPLE_REF.match(r) and self._outside(
                 _SIMPLE_REF.match(r).group(1), name) for r in f.runtime):
@@ -299,6 +332,15 @@ class _Importer:
         if step is None:
             self._keep(cmd, where, "an srun line that is not one step, kept as code")
             return
+        counts = {"-n", "--ntasks", "--ntasks-per-node", "--ntasks-per-gpu"}
+        if "ntasks_per_node" not in step and self.job.get("ntasks_per_node", 1) != 1 \
+                and not any(a.split("=")[0] in counts or re.match(r"-n[0-9]", a)
+                            for a in step.get("srun_args", [])):
+            # srun(1) "INPUT ENVIRONMENT VARIABLES": a plain srun in the batch shell reads
+            # SLURM_NTASKS_PER_NODE, so it runs sbatch's task layout, not one per node.
+            step["ntasks_per_node"] = self.job["ntasks_per_node"]
+            self.note(cmd.line, "mapped", "srun", f"steps ntasks_per_node = "
+                      f"{self.job['ntasks_per_node']} (srun inherits sbatch's task layout)")
         step["name"] = f"step{len(self.steps) + 1}"
         step["when"] = "before" if where == "setup" else "after"
         self.steps.append(step)
@@ -329,7 +371,14 @@ class _Importer:
                 parsed = commands(code.text)
             except ShellSyntaxError:
                 parsed = []
-            if len(parsed) == 1 and parsed[0].simple():
+            inner_words = _after_cd(parsed[0], self.scope) if len(parsed) == 1 else None
+            if inner_words is not None:
+                workdir, inner_words = inner_words
+                out.program["workdir"] = workdir
+                self.note(cmd.line, "mapped", f"cd {workdir} &&", "program.workdir")
+                inner_fields = [f for w in inner_words for f in expand(w, self.scope)]
+                launchmod.map_program(out, inner_fields, cmd.line, job, self.note)
+            elif len(parsed) == 1 and parsed[0].simple():
                 inner_fields = [f for w in parsed[0].words for f in expand(w, self.scope)]
                 launchmod.map_program(out, inner_fields, cmd.line, job, self.note)
             else:
@@ -346,23 +395,33 @@ class _Importer:
         into the fields already (or into nothing) and the line is dropped."""
         derived = {m.group(1) for n in self.notes if n.kind == "derived"
                    for m in _REF.finditer(n.text)}
+        derived |= {m.group(1) for _c, _n, text, _w in self.derived_exports
+                    for m in _REF.finditer(text)}
         pending = list(self.assigns)
-        read = {m.group(1) for c, _ in self.kept for m in _REF.finditer(c.raw)}
+        read = {name for c, _ in self.kept for name in _reads(c.raw)}
         changed = True
         while changed:
             changed = False
             for item in list(pending):
                 cmd, names, where = item
-                if all(n in launchmod.DERIVED_ENV for n in names):
+                if all(n in _BATCH_SHELL for n in names):
                     continue  # kept code then reads slurmfabric's value
                 if any(n in read for n in names):
+                    # WORLD_SIZE, RANK, ... are set per rank, never in the batch shell: kept
+                    # code that reads one needs the script's own line.
                     self._keep(cmd, where, "read by kept code")
-                    read |= {m.group(1) for m in _REF.finditer(cmd.raw)}
+                    read |= _reads(cmd.raw)
                     pending.remove(item)
                     changed = True
+        for cmd, name, text, where in self.derived_exports:
+            if name in read and where != "launch" and name not in _BATCH_SHELL \
+                    and cmd.line not in {c.line for c, _ in self.kept}:
+                self._keep(cmd, where, f"read by kept code ({name} is not in the batch shell; "
+                           "slurmfabric sets it again for every rank)")
+            elif name not in read or where == "launch":
+                self.note(cmd.line, "derived", text, "slurmfabric sets it for every rank")
         for cmd, names, _where in pending:
-            if names and all(n in launchmod.DERIVED_ENV for n in names) \
-                    and any(n in read for n in names):
+            if names and all(n in _BATCH_SHELL for n in names) and any(n in read for n in names):
                 self.note(cmd.line, "derived", cmd.raw, "kept code reads it and gets "
                           "slurmfabric's value (set before program.setup runs)")
             elif names and all(n in derived or n in launchmod.DERIVED_ENV for n in names):
@@ -373,6 +432,28 @@ class _Importer:
                           "launch line used it, its value is written into the fields")
 
     # --- the result ---
+
+    def _own_options(self, where: str, kept: list[Command], lines: list[str],
+                     numbers: list[int]) -> tuple[list[str], list[int]]:
+        """Kept code runs with the script's own shell options, not slurmfabric's ``set -euo
+        pipefail``: a ``set`` line before it gives them back (none at the script's start;
+        at the teardown, those in effect at the launch), and one after program.setup
+        restores slurmfabric's for its own lines."""
+        state = {"e": False, "u": False, "pipefail": False} if where == "setup" \
+            else dict(self.options)
+        if where == "setup" and kept[0].words and kept[0].words[0].literal() == "set":
+            after = dict(state)
+            _set_options(after, [w.raw for w in kept[0].words[1:]])
+            state = after if all(after.values()) else state
+        restore = options_line(state)
+        if restore:
+            lines, numbers = [restore, *lines], [kept[0].line, *numbers]
+            self.note(kept[0].line, "verbatim", restore, f"program.{where} starts with the "
+                      "script's own shell options (slurmfabric's script runs set -euo "
+                      "pipefail), so kept code means what it meant")
+        if where == "setup" and options_line(self.options):
+            lines, numbers = [*lines, "set -euo pipefail"], [*numbers, kept[-1].end]
+        return lines, numbers
 
     def _config(self, job: dict[str, Any], other: dict[str, Any],
                 launched: Optional[launchmod.Launch]) -> dict[str, Any]:
@@ -386,8 +467,10 @@ class _Importer:
         if "signal" in other:
             launcher["signal"] = other["signal"]
             launcher["signal_seconds"] = other["signal_seconds"]
-        if "workdir" in other:
-            program["workdir"] = other["workdir"]
+        if "workdir" in other:  # --chdir, then the launch's own 'cd DIR' (relative to it)
+            inner = program.get("workdir")
+            program["workdir"] = other["workdir"] if inner is None else inner \
+                if inner.startswith("/") else f"{other['workdir'].rstrip('/')}/{inner}"
         used = set(launched.params if launched is not None else [])
         texts = "\n".join([c.raw for c, _ in self.kept] + list(self.expand_env.values()))
         used |= {m.group(1) for m in _REF.finditer(texts)}
@@ -403,10 +486,13 @@ class _Importer:
         if self.modules:
             program["modules"] = self.modules
         for where in ("setup", "teardown"):
-            lines = [line for c, w in sorted(self.kept, key=lambda k: k[0].line) if w == where
-                     for line in c.raw.split("\n")]
+            kept = [c for c, w in sorted(self.kept, key=lambda k: k[0].line) if w == where]
+            lines = [line for c in kept for line in c.raw.split("\n")]
+            numbers = [c.line + i for c in kept for i in range(len(c.raw.split("\n")))]
             if lines:
+                lines, numbers = self._own_options(where, kept, lines, numbers)
                 program[where] = lines
+                self.code_lines[where] = numbers
         if program.get("teardown") and not self.errexit:
             program["teardown_on_failure"] = True
             self.note(0, "mapped", "teardown", "program.teardown_on_failure = true (the script "
@@ -421,6 +507,79 @@ class _Importer:
         if self.steps:
             config["steps"] = self.steps
         return config
+
+
+# Programs a script runs once to look at the nodes, not to train (never the launch when
+# another launcher line exists).
+_PROBES = frozenset({"hostname", "nvidia-smi", "echo", "true", "date", "env", "printenv",
+                     "sleep", "ls", "cat", "uname", "ibstat", "ibv_devinfo", "nproc", "pwd",
+                     "which", "ip", "ifconfig", "free", "df", "lscpu", "numactl", "ulimit"})
+# What 'slurmfabric env' sets in the batch shell before program.setup (rank/env.py, job
+# scope); the other derived names exist only in each rank.
+_BATCH_SHELL = frozenset({"MASTER_ADDR", "MASTER_PORT"})
+# Lines that change what later module/PATH lines do: a module load must stay after them.
+_ENV_CODE = frozenset({"module", "ml", "source", ".", "spack", "conda", "eval"})
+_ARITH = re.compile(r"\(\((.*?)\)\)", re.S)
+_IDENT_ANY = re.compile(r"(?<![$A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _after_cd(cmd: Command, scope: Scope) -> Optional[tuple[str, list[Word]]]:
+    """``cd DIR && PROGRAM ...`` (bash -c's code): DIR when it is known text, and the
+    program's words; None for any other shape."""
+    toks = cmd.tokens
+    if cmd.block or cmd.heredoc or len(toks) < 4 or not all(isinstance(t, Word)
+                                                              for t in toks[:2]):
+        return None
+    if toks[0].literal() != "cd" or not isinstance(toks[2], Op) or toks[2].text != "&&" \
+            or any(isinstance(t, Op) for t in toks[3:]):
+        return None
+    where = expand(toks[1], scope)
+    if len(where) != 1 or not where[0].static or not where[0].text:
+        return None
+    return where[0].text, [t for t in toks[3:] if isinstance(t, Word)]
+
+
+def _has_args(fields: list[Field]) -> bool:
+    """The script's own arguments ("$@") are in the value: known only at run time."""
+    return any(ARGS in f.text for f in fields)
+
+
+def _reads(code: str) -> set[str]:
+    """The variables a piece of code reads: ``$NAME``/``${NAME}``, and the bare names
+    inside ``$(( ))`` and ``(( ))`` (bash reads them there without ``$``)."""
+    names = {m.group(1) for m in _REF.finditer(code)}
+    for arith in _ARITH.finditer(code):
+        names |= {m.group(1) for m in _IDENT_ANY.finditer(arith.group(1))}
+    return names
+
+
+def _set_options(options: dict[str, bool], args: list[str]) -> None:
+    """Follow ``set -e``/``+u``/``-o pipefail``/``-euo pipefail`` (bash's set builtin)."""
+    long = {"errexit": "e", "nounset": "u", "pipefail": "pipefail"}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg[:1] not in "-+" or arg in ("-", "--"):
+            break
+        on = arg[0] == "-"
+        for letter in arg[1:]:
+            if letter in "eu":
+                options[letter] = on
+            elif letter == "o" and i < len(args):
+                name = long.get(args[i])
+                i += 1
+                if name:
+                    options[name] = on
+
+
+def options_line(options: dict[str, bool]) -> str:
+    """The ``set`` line that brings bash from slurmfabric's ``set -euo pipefail`` to
+    ``options``, or "" when they are the same."""
+    off = [f"+{k}" for k in ("e", "u") if not options[k]]
+    if not options["pipefail"]:
+        off.append("+o pipefail")
+    return "set " + " ".join(off) if off else ""
 
 
 _OUTSIDE = re.compile(r"SLURM_[A-Z0-9_]+|SLURMD_NODENAME|HOME|PWD|USER|TMPDIR|HOSTNAME|"

@@ -248,6 +248,17 @@ def _program(words: list[Field], line: int, out: Launch, job: dict[str, Any],
     if texts[:2] in (["bash", "-c"], ["sh", "-c"]) and len(words) >= 3:
         out.inner = (words[2], texts[3:])
         return
+    if texts and base(texts[0]) in ("apptainer", "singularity") and texts[1:2] == ["exec"] \
+            and "container_image" not in out.program:
+        words = _apptainer(words, line, out, job, notify)
+        texts = [w.text for w in words]
+    kind = _per_node_kind(texts)
+    if kind is not None:
+        _per_node(words, kind, line, out, job, notify)
+        return
+    named = _unsupported(texts)
+    if named:
+        notify(line, "unmapped", " ".join(texts[:3]), named)
     module_at = _torchrun_module(texts)
     if texts and (base(texts[0]) == "torchrun" or module_at is not None):
         _torchrun(words, module_at, line, out, job, notify)
@@ -265,6 +276,153 @@ def _program(words: list[Field], line: int, out: Launch, job: dict[str, Any],
         notify(line, "unmapped", texts[0] if texts else "", "runs on the batch node only; "
                "slurmfabric runs it as an srun step on every node")
     _command(words, line, out, notify)
+
+
+# apptainer exec options that take a value (https://apptainer.org/docs/user/main/cli/
+# apptainer_exec.html); the others are flags.
+_APPTAINER_VALUE = frozenset({
+    "bind", "B", "env", "env-file", "pwd", "home", "H", "overlay", "o", "workdir", "W",
+    "mount", "security", "app", "network", "network-args", "scratch", "S", "no-mount", "dns",
+    "hostname", "add-caps", "drop-caps", "apply-cgroups",
+})
+
+
+def _apptainer(words: list[Field], line: int, out: Launch, job: dict[str, Any],
+               notify: Notify) -> list[Field]:
+    """``apptainer|singularity exec [OPTIONS] IMAGE PROGRAM...`` -> program.container_runtime,
+    container_image and container_mounts (``--bind``); the program's words are returned.
+    ``--nv`` is what slurmfabric adds for a GPU job; any other option is named."""
+    runtime = base(words[0].text)
+    i = 2
+    mounts: list[str] = []
+    while i < len(words) and words[i].text.startswith("-"):
+        name, eq, attached = words[i].text.lstrip("-").partition("=")
+        takes = not eq and name in _APPTAINER_VALUE and i + 1 < len(words)
+        value = Field(attached, words[i].runtime) if eq else words[i + 1] if takes else None
+        raw = " ".join(w.text for w in words[i:i + 1 + takes])
+        i += 1 + takes
+        if name in ("bind", "B") and value is not None and value.static:
+            mounts += value.text.split(",")
+            notify(line, "mapped", raw, "program.container_mounts")
+        elif name == "nv" and job.get("gpus_per_node"):
+            notify(line, "dropped", raw, "slurmfabric passes --nv for a job with GPUs")
+        else:
+            notify(line, "unmapped", raw, f"a {runtime} exec option slurmfabric does not pass "
+                   "(it passes --bind and, for a GPU job, --nv); not mapped")
+    if i >= len(words):
+        notify(line, "unmapped", runtime, f"{runtime} exec without an image; not mapped")
+        return words[i:]
+    image = words[i]
+    if not image.static:
+        notify(line, "unmapped", image.text, "the image is known only at run time; not mapped")
+    out.program["container_runtime"] = runtime
+    out.program["container_image"] = image.text
+    if mounts:
+        out.program["container_mounts"] = mounts
+    notify(line, "mapped", f"{runtime} exec {image.text}", "program.container_runtime, "
+           "program.container_image")
+    return words[i + 1:]
+
+
+_PER_NODE = {"deepspeed": None}
+# accelerate launch's options that take no value (https://huggingface.co/docs/accelerate/
+# package_reference/cli, "accelerate launch"); every other option takes one.
+ACCELERATE_FLAGS = frozenset({
+    "cpu", "multi_gpu", "tpu", "ipex", "mps", "use_xpu", "use_deepspeed", "use_fsdp",
+    "use_megatron_lm", "m", "module", "no_python", "debug", "q", "quiet", "same_network",
+    "enable_cpu_affinity", "downcast_bf16", "tpu_use_cluster", "tpu_use_sudo",
+    "dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation",
+    "fsdp_use_orig_params", "fsdp_sync_module_states", "fsdp_cpu_ram_efficient_loading",
+    "fsdp_offload_params", "fsdp_activation_checkpointing", "zero3_init_flag",
+    "zero3_save_16bit_model", "deepspeed_moe_layer_cls_names", "use_parallelism_config",
+})
+# What slurmfabric supplies to a per-node launcher (job/render.py per_node_exec).
+ACCELERATE_DERIVED = frozenset({"num_machines", "machine_rank", "main_process_ip",
+                                "main_process_port", "num_processes", "rdzv_backend"})
+
+
+def _per_node_kind(texts: list[str]) -> Optional[tuple[str, int]]:
+    """``accelerate launch`` (kind accelerate) or ``tune run`` (a torchrun wrapper): the kind
+    and how many words the launcher itself is."""
+    first = base(texts[0]) if texts else ""
+    if first == "accelerate" and texts[1:2] == ["launch"]:
+        return "accelerate", 2
+    if first == "tune" and texts[1:2] == ["run"]:
+        return "torchrun", 2
+    return None
+
+
+def _per_node(words: list[Field], kind: tuple[str, int], line: int, out: Launch,
+              job: dict[str, Any], notify: Notify) -> None:
+    """A launcher that runs once per node -> ``launcher.type = "torchrun"`` with
+    ``[launcher.per_node]``: what slurmfabric supplies (node count and rank, rendezvous,
+    process counts) is dropped, the launcher's other options are kept as data."""
+    name, size = kind
+    if out.launcher.get("type") not in (None, "srun"):
+        notify(line, "unmapped", words[0].text, f"{words[0].text} under srun --mpi; not mapped")
+    out.launcher["type"] = "torchrun"
+    per_node: dict[str, Any] = {"kind": name}
+    launcher_words = [w.text for w in words[:size]]
+    per_node["command"] = launcher_words
+    notify(line, "mapped", " ".join(launcher_words), f"launcher.per_node (kind = {name!r}: "
+           "one per node, slurmfabric supplies the node rank and the rendezvous)")
+    derived = ACCELERATE_DERIVED if name == "accelerate" else {
+        n.replace("-", "_") for n in TORCHRUN_DERIVED | {"nproc-per-node"}}
+    args: list[str] = []
+    i = size
+    while i < len(words) and words[i].text.startswith("-"):
+        start = i
+        if name == "accelerate":
+            key, eq, attached = words[i].text.lstrip("-").partition("=")
+            takes = not eq and key not in ACCELERATE_FLAGS and i + 1 < len(words)
+            value = Field(attached) if eq else words[i + 1] if takes else None
+            i += 2 if takes else 1
+        else:
+            key, value, i = _option(words, i, lambda n: n in TORCHRUN_VALUE)
+        key = key.replace("-", "_")
+        raw = " ".join(w.text for w in words[start:i])
+        value = None if value is None else data(value, out.defaults)
+        if key in derived:
+            notify(line, "derived", raw, "slurmfabric supplies it on every node")
+            if key in ("num_processes", "nproc_per_node") and value is not None \
+                    and value.text.isdigit() and not job.get("gpus_per_node"):
+                per = int(value.text) // (job.get("nodes", 1) if key == "num_processes" else 1)
+                out.launcher["nproc_per_node"] = max(per, 1)
+            continue
+        if value is not None and not value.static:
+            notify(line, "unmapped", raw, f"a {name} option known only at run time; not mapped")
+            continue
+        args += [words[start].text] if value is None or i == start + 1 \
+            else [words[start].text, value.text]
+        notify(line, "mapped", raw, "launcher.per_node.args")
+    if args:
+        per_node["args"] = args
+    out.launcher["per_node"] = per_node
+    _command(words[i:], line, out, notify)
+
+
+
+_RUNTIMES = {"singularity": "Apptainer/Singularity (other than 'exec')",
+             "apptainer": "Apptainer/Singularity (other than 'exec')", "shifter": "Shifter",
+             "podman": "Podman", "docker": "Docker",
+             "enroot": "enroot (without pyxis)", "charliecloud": "Charliecloud",
+             "ch-run": "Charliecloud"}
+
+
+def _unsupported(texts: list[str]) -> Optional[str]:
+    """Why the program's first words are a form slurmfabric does not express yet, by
+    name: a launcher that runs once per node and starts its own workers, or a container
+    runtime other than pyxis. None when it is neither."""
+    first = base(texts[0]) if texts else ""
+    if first in _PER_NODE and (_PER_NODE[first] is None or texts[1:2] == [_PER_NODE[first]]):
+        return (f"{first} starts its own workers once per node; slurmfabric has no "
+                "per-node launcher form for it, so each srun task runs it with a rank "
+                "environment of its own (not mapped: the rendered job differs)")
+    if first in _RUNTIMES:
+        return (f"{_RUNTIMES[first]} container: slurmfabric's config expresses pyxis "
+                "containers only (program.container_image); the image, binds and options "
+                "are kept as plain command words (not mapped)")
+    return None
 
 
 def _torchrun(words: list[Field], module_at: Optional[int], line: int, out: Launch,
@@ -384,6 +542,9 @@ def _command(words: list[Field], line: int, out: Launch, notify: Notify) -> None
     command: list[str] = []
     params: set[str] = set()
     for index, w in enumerate(words):
+        if ARGS in w.text and (w.text != ARGS or not w.runtime):
+            notify(line, "unmapped", '"$@"', "the script's arguments inside a word; not mapped")
+            continue
         if w.text == ARGS:
             if index == len(words) - 1:
                 out.program["pass_args"] = True

@@ -38,6 +38,27 @@ AGREED_FIELDS = frozenset({
     "gpus-per-task", "cpus-per-gpu", "mem-per-cpu", "mem-per-gpu", "wait-all-nodes",
     "ntasks-per-core", "exclude", "nodelist", "distribution", "hint",
 })
+# Every long option sbatch(1) documents (Slurm 22.05 and 24.11): sbatch reads a unique prefix
+# of one as that option (getopt_long), so "--err=x" is "--error=x".
+LONG = frozenset({
+    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir",
+    "cluster-constraint", "clusters", "comment", "constraint", "container", "container-id",
+    "contiguous", "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu",
+    "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution", "error",
+    "exclude", "exclusive", "export", "export-file", "extra", "extra-node-info",
+    "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
+    "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "help", "hint", "hold",
+    "ignore-pbs", "immediate", "input", "job-name", "kill-on-invalid-dep", "licenses",
+    "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu",
+    "mincpus", "network", "nice", "no-kill", "no-requeue", "nodefile", "nodelist", "nodes",
+    "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket",
+    "oom-kill-step", "open-mode", "output", "overcommit", "oversubscribe", "parsable",
+    "partition", "power", "prefer", "priority", "profile", "propagate", "qos", "quiet",
+    "reboot", "requeue", "reservation", "resv-ports", "segment", "signal",
+    "sockets-per-node", "spread-job", "switches", "test-only", "thread-spec",
+    "threads-per-core", "time", "time-min", "tmp", "tres-bind", "tres-per-task", "uid",
+    "usage", "use-min-nodes", "verbose", "version", "wait", "wait-all-nodes", "wckey", "wrap",
+})
 _INTS = frozenset({"nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-task",
                    "cpus-per-gpu", "ntasks-per-core"})
 # Modelled, but set by slurmfabric from other fields: kept raw.
@@ -76,6 +97,11 @@ def directives(text: str) -> tuple[list[Directive], list[tuple[int, str]]]:
             i += 1
             if word.startswith("--"):
                 name, eq, value = word[2:].partition("=")
+                full = long_name(name)
+                if full is None:
+                    bad.append((number, word))
+                    continue
+                name = full
                 if not eq and name not in FLAGS and i < len(words) \
                         and not words[i].startswith("-"):
                     value, eq = words[i], "="
@@ -93,6 +119,18 @@ def directives(text: str) -> tuple[list[Directive], list[tuple[int, str]]]:
             else:
                 bad.append((number, word))
     return out, bad
+
+
+def long_name(name: str) -> Optional[str]:
+    """The sbatch option a long name stands for: itself, the one option it is a prefix of,
+    None when it is a prefix of several (sbatch refuses it as ambiguous). A name sbatch does
+    not document stays as written."""
+    if name in LONG:
+        return name
+    matches = [option for option in LONG if option.startswith(name)] if name else []
+    if len(matches) > 1:
+        return None
+    return matches[0] if matches else name
 
 
 def modelled() -> dict[str, str]:
@@ -144,15 +182,29 @@ def job_fields(found: list[Directive], notify: Notify) -> tuple[dict[str, Any], 
                 mapped = f"job.{field}"
         if mapped and mapped.startswith("dropped: "):
             notify(d.line, "dropped", d.raw, mapped.removeprefix("dropped: "))
+        elif mapped and mapped.startswith("unmapped: "):
+            notify(d.line, "unmapped", d.raw, mapped.removeprefix("unmapped: "))
+            if d.name in ("image", "environment"):
+                extra.append(raw)  # the request stays as written
         elif mapped:
             notify(d.line, "mapped", d.raw, mapped)
         else:
             extra.append(raw)
             notify(d.line, "mapped", d.raw, "job.extra_sbatch (not a modelled field)")
     if ntasks is not None:
-        nodes = job.get("nodes", 1)
         count = int(ntasks.value or 0)
-        if count % nodes == 0:
+        per = job.get("ntasks_per_node")
+        if "nodes" not in job and isinstance(per, int) and count % per == 0:
+            job["nodes"] = count // per  # sbatch: enough nodes for the tasks at that rate
+            notify(ntasks.line, "mapped", ntasks.raw,
+                   f"job.nodes = {count // per} ({count} tasks at {per} per node)")
+        elif "nodes" not in job and count > 1:
+            extra.append(f"--ntasks={count}")
+            notify(ntasks.line, "unmapped", ntasks.raw, "--ntasks without --nodes: Slurm picks "
+                   "the node count; slurmfabric's steps need job.nodes (kept as "
+                   "job.extra_sbatch; set job.nodes and job.ntasks_per_node)")
+        elif count % job.get("nodes", 1) == 0:
+            nodes = job.get("nodes", 1)
             job.setdefault("ntasks_per_node", count // nodes)
             notify(ntasks.line, "mapped", ntasks.raw,
                    f"job.ntasks_per_node = {count // nodes} ({count} tasks on {nodes} nodes)")
@@ -187,6 +239,15 @@ def _special(d: Directive, job: dict[str, Any], other: dict[str, Any]) -> Option
         # The node's GPUs follow from the tasks per node ([job] computes them).
         job["gpus_per_task"], job["gpu_request"] = int(value), "gpus-per-task"
         return 'job.gpus_per_task, job.gpu_request = "gpus-per-task"'
+    if d.name == "nodes" and value and re.fullmatch(r"[0-9]+-[0-9]+", value):
+        low, high = value.split("-")
+        job["nodes"] = int(low)
+        return (f"unmapped: a node range; job.nodes is one count, so the job asks for exactly "
+                f"{low} node(s) where Slurm could give up to {high}")
+    if d.name in ("image", "environment") and value:
+        what = "a Shifter image" if d.name == "image" else "a CSCS container environment (EDF)"
+        return (f"unmapped: {what}; slurmfabric's config has no field for it (only pyxis: "
+                "program.container_image), so the job would run outside it")
     if d.name == "requeue":
         job["requeue"] = True
         return "job.requeue"
