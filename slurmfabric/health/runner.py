@@ -16,7 +16,18 @@ from typing import Any, Callable
 
 from slurmfabric._common.files import safe_name
 from slurmfabric._common.probe import ProbeError, run_command
-from slurmfabric.health.checks import clocks, dcgm, gpu, node, nvlink, rdma, roce, versions, xid
+from slurmfabric.health.checks import (
+    amd,
+    clocks,
+    dcgm,
+    gpu,
+    node,
+    nvlink,
+    rdma,
+    roce,
+    versions,
+    xid,
+)
 from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, worst
 from slurmfabric.health.siteconfig import SiteConfig
 
@@ -59,7 +70,8 @@ def registry() -> list[CheckSpec]:
                         ("kmsg", xid.CHECKS),
                         ("nvlink", nvlink.LINK_CHECKS), ("fabric", nvlink.FABRIC_CHECKS),
                         ("dcgm", dcgm.CHECKS),
-                        ("gpu_clocks", clocks.CHECKS), ("versions", versions.CHECKS)):
+                        ("gpu_clocks", clocks.CHECKS), ("versions", versions.CHECKS),
+                        (amd.FACT, amd.CHECKS)):
         for name, (func, on_error, hooks) in table.items():
             specs.append(CheckSpec(name, fact, func, on_error, hooks))
     facts = {"node.memory": "meminfo", "node.disk": "disks", "node.leftovers": "leftovers"}
@@ -121,6 +133,7 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = Tr
             str(cfg.state_dir / f"kmsg-cursor.{safe_name(ctx.node)}"), root,
             str(cfg.state_dir / "jobs"), ctx.node),
         "gpu_clocks": lambda t: clocks.collect(expect, t),
+        amd.FACT: lambda t: amd.collect(expect, t),
         "versions": lambda t: versions.collect(ctx.node, expect, t, ctx.hook, ctx.job_nodelist,
                                                gpu.enabled(expect)),
         "leftovers": lambda t: node.collect_leftovers(
@@ -200,7 +213,8 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
              "dcgm": has_gpus and level > 0,
              "gpu_clocks": has_gpus,
              "disks": bool(cfg.expect.get("disks")),
-             "leftovers": bool(ctx.job_id)}
+             "leftovers": bool(ctx.job_id),
+             amd.FACT: amd.enabled(cfg.expect)}
     specs = [s for s in specs if gates.get(s.fact, True) and _active(s, cfg, ctx)]
     needed = {s.fact for s in specs}
     if ctx.hook == "prolog" and gates["rdma"]:

@@ -32,6 +32,7 @@ from typing import Any
 from slurmfabric._common.textcheck import one_line as _one_line
 from slurmfabric._common.tomlfile import read_toml_file
 from slurmfabric.errors import ConfigError
+from slurmfabric.health.checks import amd as _amd
 
 DEFAULT_PATH = "/etc/slurmfabric/health.toml"
 CONFIG_ENV = "SLURMFABRIC_HEALTH_CONFIG"
@@ -117,7 +118,7 @@ NODE_DEFAULTS: dict[str, Any] = {
     "versions_dir": "",  # shared directory for every node's inventory; "": no drift check
     "version_skew_fail": False,  # true: a node unlike the job's majority fails, not warns
     "ofed_info": "/usr/bin/ofed_info",
-    "nccl_lib_dirs": [],  # []: the system library directories (versions.NCCL_DIRS)
+    "nccl_lib_dirs": [],  # []: this Python's site-packages, then the system library dirs
 }
 
 # [runner] keys whose value is one of a fixed set (checked at load, with the choices).
@@ -246,6 +247,10 @@ INTEGER_KEYS = {"drain_retries", "breaker_min_nodes", "keep_reports", "lemon_dra
                 "pcie_gen", "pcie_width", "retired_pages_max", "throttle_fail_mask",
                 "throttle_warn_mask", "rdma_ports", "nvlinks", "link_flap_threshold"}
 STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv", "nccl_lib_dirs"}
+# A check family that is one file brings its own keys (health/checks/amd.py).
+NODE_DEFAULTS.update(_amd.SITE_KEYS)
+RANGES.update(_amd.RANGES)
+INTEGER_KEYS |= _amd.INTEGER_KEYS
 VERSION_PINS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
 NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
                "nvlink_abs_max", "roce_delta_max"}

@@ -202,13 +202,10 @@ def make_plan(
         if allowed_cpus is not None
         else topo.allowed_cpus
     )
-    # Each rank's nearest NIC: a rail; on EFA nodes (no rails for NCCL_IB_*) the nearest
-    # ACTIVE EFA device, which aws-ofi-nccl also prefers per GPU and the binding follows.
-    nic_ports = choice.rails
-    if plan.fabric == "efa":
-        nic_ports = [p for d in topo.rdma if d.is_efa for p in d.ports if p.state == "ACTIVE"]
+    # Each rank's nearest NIC: a rail (on EFA nodes an ACTIVE EFA device, which
+    # aws-ofi-nccl also prefers per GPU and the binding follows).
     plan.bindings = place_ranks(
-        topo, local_world_size, nic_ports, allowed, visible_gpus, plan.warnings
+        topo, local_world_size, choice.rails, allowed, visible_gpus, plan.warnings
     )
     _down_rails(plan, topo)
     if plan.fabric in ("ib", "roce") and plan.fabric_type != "tcp":
@@ -307,9 +304,28 @@ def _hidden_pcie(plan: Plan, topo: Topology) -> None:
         plan.warnings.append(
             "PCIe tree hidden (every GPU and NIC alone in its own PCI domain, e.g. a Hyper-V "
             "VM) and no NCCL topology file: neither NCCL nor the binding can pair GPUs with "
-            "their NICs; set NCCL_TOPO_FILE to the image's topology XML (Azure HPC images: "
-            "/opt/microsoft/ndv4/topo.xml, /opt/microsoft/ndv5/topo.xml)"
+            "their NICs; set NCCL_TOPO_FILE to the image's topology XML" + _topo_file_hint(topo)
         )
+
+
+# Azure HPC images' NCCL topology files (github.com/Azure/azhpc-images topology/): ND A100
+# v4 and ND H100/H200 v5, NVIDIA GPUs only. An AMD GPU VM (ND MI300X v5) is not described
+# by them: naming them there sends RCCL to a file of another machine.
+_AZURE_TOPO_FILES = (("A100", "/opt/microsoft/ndv4/topo.xml"),
+                     ("H100", "/opt/microsoft/ndv5/topo.xml"),
+                     ("H200", "/opt/microsoft/ndv5/topo.xml"))
+
+
+def _topo_file_hint(topo: Topology) -> str:
+    """Where such a file is, only for the GPUs it describes."""
+    names = " ".join(g.name or "" for g in topo.gpus)
+    files = sorted({path for model, path in _AZURE_TOPO_FILES if model in names})
+    if files:
+        return f" (Azure HPC images: {', '.join(files)})"
+    if names and "NVIDIA" not in names:
+        return " (RCCL reads NCCL_TOPO_FILE too; no published file is known for these GPUs)"
+    return (" (Azure HPC images, NVIDIA GPUs: /opt/microsoft/ndv4/topo.xml for ND A100 v4, "
+            "/opt/microsoft/ndv5/topo.xml for ND H100/H200 v5)")
 
 
 def _most_common(counts: dict[str, int]) -> list[tuple[str, int]]:
@@ -406,9 +422,9 @@ def _gdr_level(plan: Plan, topo: Topology, want: dict) -> None:
             "every GPU's nearest rail NIC is PHB (through the CPU root complex); NCCL's default "
             "PXB (src/graph/paths.cc ncclTopoCheckGdr) would turn GPUDirect RDMA off",
         )
-    elif dists and topo.cpuless_numa:
+    elif dists and topo.coherent_gpus:
         plan.notes.append(
-            "GPUs attached coherently (CPU-less NUMA GPU memory, e.g. Grace NVLink-C2C): "
+            f"GPUs attached coherently ({topo.coherent_gpus}): "
             "NCCL_NET_GDR_LEVEL not set; NCCL >= 2.22 takes GPUDirect RDMA through C2C "
             "(NCCL_NET_GDR_C2C, NCCL's environment variables doc)"
         )

@@ -5,13 +5,14 @@ ACTIVE/LinkUp port within PXB of a GPU, in the node's dominant link layer, at th
 rate; frontend (bonded, unless next to a GPU: a RoCE LAG rail) and storage NICs, Down or
 INIT ports, SR-IOV VFs whose PF is visible and devices without a uverbs node are left out,
 each with a reason. A port that would be a rail but is down is kept in ``down``, and every
-rail position (up, down or slow) in ``slots``: what the health port checks judge.
+rail position (up, down or slow) in ``slots``: what the health port checks judge. On an
+AWS EFA node the EFA ports are the rails (NCCL drives them through aws-ofi-nccl, so they
+set no NCCL_IB_*), and InfiniBand ports beside them (p6-b200's NVLink management) are not.
 """
 
 from __future__ import annotations
 
 from slurmfabric._common.record import Record
-from slurmfabric._common.sysfs import format_cpulist
 from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort, Topology, distance_rank
 
 TYPE_CHECKING = False  # no typing at run time
@@ -181,11 +182,10 @@ def choose_rails(topo: Topology, family: str | None = None, *, addr_range: str |
     candidates: list[tuple[RdmaDevice, RdmaPort]] = []
     downed: list[tuple[RdmaDevice, RdmaPort]] = []  # not up, but otherwise a possible rail
     bonded: dict[str, str] = {}  # port -> its bond: a rail only if it sits next to a GPU
+    if any(dev.is_efa for dev in topo.rdma):
+        _efa_rails(choice, topo)
+        return choice
     for dev in topo.rdma:
-        if dev.is_efa:
-            for port in dev.ports:
-                choice.excluded[port.name] = "AWS EFA device: the aws-ofi-nccl plugin drives it"
-            continue
         for port in dev.ports:
             other = None
             if dev.is_vf and dev.pci and dev.pci.physfn in pf_addresses:
@@ -245,11 +245,9 @@ def choose_rails(topo: Topology, family: str | None = None, *, addr_range: str |
                         "a storage/frontend NIC, not a rail"
                     )
             kept = near
-        elif kept and topo.cpuless_numa:
+        elif kept and topo.coherent_gpus:
             choice.notes.append(
-                f"GPU memory is CPU-less NUMA nodes "
-                f"{format_cpulist(list(topo.cpuless_numa))} (coherent "
-                "GPUs, e.g. Grace over NVLink-C2C): no NIC shares a PCIe switch with a GPU "
+                f"{topo.coherent_gpus}: no NIC shares a PCIe switch with a GPU "
                 "by design, so every active port is a rail"
             )
         elif kept:
@@ -284,6 +282,41 @@ def choose_rails(topo: Topology, family: str | None = None, *, addr_range: str |
     if layer == "Ethernet":
         _choose_gids(choice, topo, family, policy)
     return choice
+
+
+# On an EFA node NCCL's traffic goes over the EFA devices (the aws-ofi-nccl plugin); an
+# mlx5 InfiniBand device beside them is no data NIC. p6-b200.48xlarge shows two, ibp115s0f0
+# and ibp116s0f0, the NVLink switch management ports (HGX B200's fourth-generation
+# NVSwitches are managed over InfiniBand by NVLSM): aws/sagemaker-hyperpod-cli#282,
+# aws-samples/aws-do-eks#63, NVIDIA Fabric Manager user guide "Systems Using Fourth
+# Generation NVSwitches".
+_NOT_DATA_ON_EFA = ("{layer} device on an EFA node: no data NIC (NCCL uses the EFA devices "
+                    "through aws-ofi-nccl; on p6-b200 such ports manage the NVLink switches)")
+
+
+def _efa_rails(choice: RailChoice, topo: Topology) -> None:
+    """The EFA ports are the rails: every one is a slot the port checks judge, the active
+    ones carry NCCL's traffic, a down one is named; every other RDMA port is no rail."""
+    for dev in topo.rdma:
+        for port in dev.ports:
+            if not dev.is_efa:
+                choice.excluded[port.name] = _NOT_DATA_ON_EFA.format(layer=port.link_layer)
+                continue
+            choice.slots.append(port)
+            state = _state_reason(port)
+            if state:
+                choice.excluded[port.name] = state
+                choice.down.append(port)
+            else:
+                choice.rails.append(port)
+    if topo.gpus:
+        for port in choice.slots:
+            dev = next(d for d in topo.rdma if port in d.ports)
+            choice.nearest[port.name] = min((topo.distance(g, dev) for g in topo.gpus),
+                                            key=distance_rank)
+    if choice.rails:
+        choice.link_layer = choice.rails[0].link_layer
+        choice.rate_gbps = max((p.rate_gbps or 0.0) for p in choice.rails)
 
 
 def _down_slots(choice: RailChoice, topo: Topology, downed: list[tuple[RdmaDevice, RdmaPort]],

@@ -3,7 +3,7 @@
 Every reader goes through ``Reader`` so that ``slurmfabric topo snapshot`` can write a
 tarball of exactly the files, directory listings and symlinks discovery used, and a user
 can replay it on a login node (``topo --from``). Readers never raise for kernel quirks:
-``_sysfs.read_text`` already turns ENOENT/EINVAL/EACCES/ENODEV into None.
+``_sysfs.read_text`` already turns ENOENT/EINVAL/EACCES/ENODEV/EIO into None.
 """
 
 from __future__ import annotations
@@ -12,38 +12,8 @@ import os
 
 from slurmfabric._common import sysfs as _sysfs
 
-_CHUNK = 1 << 16
-_MAX_BYTES = 4 << 20  # sysfs attributes are a page; /proc/net/* tables a few hundred KB
-
-
-def _read(path: str) -> str | None:
-    """``_sysfs.read_text`` with raw ``os`` calls: a text-mode ``open`` costs ~3x more, and
-    a node's discovery reads ~600 files on every rank. Same results: None when unreadable
-    (ENOENT, EINVAL on a GID without netdev, EACCES, ENODEV, EISDIR), text stripped."""
-    try:
-        # O_NONBLOCK: a FIFO in a replayed tree (--sysfs-root, a snapshot) opens at once and
-        # reads as empty instead of waiting for a writer; no effect on sysfs or regular files.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, _CHUNK)
-        if len(data) == _CHUNK:  # a short read is EOF for sysfs, seq_file procfs and files
-            chunks, total = [data], len(data)
-            while chunk := os.read(fd, _CHUNK):
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > _MAX_BYTES:  # no attribute is this big: /dev/zero, not sysfs
-                    return None
-            data = b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    text = data.decode("utf-8", "replace")
-    if "\r" in text:  # what text-mode open's universal newlines would have done
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text.strip()
+# One reader for every kernel file (sized reads /proc/sys accepts, None when unreadable).
+_read = _sysfs.read_text
 
 
 _O_PATH = getattr(os, "O_PATH", 0)  # Linux: open a path without reading it

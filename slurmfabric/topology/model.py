@@ -25,6 +25,9 @@ def distance_rank(name: str | None) -> int:
     return DISTANCES.index(name) if name in DISTANCES else len(DISTANCES)
 
 
+# GPUs of NVIDIA's Grace superchips (GPU model names, nvidia-smi and /proc/driver/nvidia)
+GRACE_SUPERCHIPS = ("GH200", "GB200", "GB300")
+
 class PciDevice(Record):
     """One PCI function: its address, the bridge chain above it, and where it sits."""
 
@@ -258,6 +261,28 @@ class Topology(Record):
         if not self.gpus:
             return ()
         return tuple(n.id for n in self.numa if not n.cpus)
+
+    @property
+    def coherent_gpus(self) -> str | None:
+        """Why the GPUs reach the CPU coherently over NVLink-C2C (Grace superchips), or
+        None. Either their HBM shows as CPU-less NUMA nodes, or, where it does not (a VM,
+        or a driver in CDMM mode, vllm-project/vllm#39361), their model names a Grace
+        superchip: /proc/driver/nvidia/gpus/*/information "Model: NVIDIA GB200". There
+        the NIC is reached through the CPU by design and NCCL still takes GPUDirect RDMA
+        through C2C (NVIDIA/nccl#1579; 2-node GB300 "InfiniBand GDR (4 rails)",
+        nebius/nebius-solutions-library#1135)."""
+        if not self.gpus:
+            return None
+        if self.cpuless_numa:
+            from slurmfabric._common.sysfs import format_cpulist
+
+            return (f"GPU memory is CPU-less NUMA nodes {format_cpulist(list(self.cpuless_numa))}"
+                    " (coherent GPUs, e.g. Grace over NVLink-C2C)")
+        models = sorted({g.name for g in self.gpus if g.name
+                         and any(chip in g.name for chip in GRACE_SUPERCHIPS)})
+        if models:
+            return f"{', '.join(models)}: Grace superchip GPUs (coherent over NVLink-C2C)"
+        return None
 
     def numa_cpus(self, node: int) -> tuple[int, ...]:
         return next((n.cpus for n in self.numa if n.id == node), ())

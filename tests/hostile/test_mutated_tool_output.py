@@ -104,6 +104,15 @@ def _clocks(text: str) -> None:
     clocks.check_clocks(facts, {"power_limit_tolerance": 0.05}, EPILOG)
 
 
+def _amd(text: str) -> None:
+    """amd-smi metric / topology (or rocm-smi --showtopo) text -> every AMD check."""
+    from slurmfabric.health.checks import amd
+
+    facts = amd.AmdFacts("amd-smi", amd.parse_metric(text), amd.parse_link_table(text), 8)
+    for func, _, _ in amd.CHECKS.values():
+        func(facts, dict(amd.SITE_KEYS), None)
+
+
 def _inventory(peers: dict | None = None, **versions: object) -> versions_check.Inventory:
     return versions_check.Inventory("n1", dict(versions), {}, peers or {})
 
@@ -201,7 +210,10 @@ PARSERS: dict[str, tuple[Callable[[str], object], list[str]]] = {
                                  "corpus/versions/ibv_devinfo-*.txt"]),
     "/proc/net/vlan/config": (_vlans, ["<vlan>"]),
     "link_downed history": (_flap_history, ["<flaps>"]),
-    "kmsg xid": (_kmsg, ["health/xid/kmsg_lines.txt", "corpus/kernel/*.txt"]),
+    "kmsg xid": (_kmsg, ["health/xid/kmsg_lines.txt", "corpus/kernel/*.txt",
+                         "corpus/xid/*.txt"]),
+    # issue 46: the AMD family's reports, each judged by every check
+    "amd-smi": (_amd, ["corpus/amd/*.txt", "topology/real/amd/*showtopo*.txt"]),
     "perftest": (lambda t: perftest.parse(t).bandwidth_gbps, ["perftest/*.txt"]),
     # each report is judged too: the failure chain, its root line and the GDR verdict
     "nccl-log": (lambda text: nccl_log.parse_log(text, "log", expect_gdr=True).verdict(),

@@ -432,3 +432,137 @@ def test_link_flap_site_keys_and_registration(tmp_path: Path) -> None:
     assert cfg.expect["link_flap_threshold"] == 3
     with pytest.raises(ConfigError, match="link_flap_threshold"):
         siteconfig.resolve({"nodes": [{"link_flap_threshold": 0}]}, NODE, None)
+
+
+# -- 6. no rail known: judge what the site names (issue 46, item 1) ---------------------------
+
+def _no_uverbs(node: Node) -> Node:
+    """The same node in a pod the RDMA device plugin gave no /dev/infiniband/uverbs*: the
+    rail rule finds no rail (plan/rails.py: no uverbs device)."""
+    for dev in node.rdma:
+        dev.uverbs = None
+    return node
+
+
+def test_no_rail_known_judges_only_the_link_layer_the_site_names(tmp_path: Path) -> None:
+    """Before: every port was judged, and imbue-ai/cluster-health#4's healthy node failed on
+    its CX-6 Ethernet cards ("at 100 Gb/s, expected 400 link layer Ethernet, expected
+    InfiniBand") although the config names InfiniBand."""
+    root = fakesysfs.build(_no_uverbs(ib_node_with_ethernet()), tmp_path / "r")
+    facts = rdma.collect(str(root))
+    assert facts.rails is None and facts.rails_unknown.startswith("no uverbs device")
+    result = rdma.check_ports(facts, README_CONFIG, None)
+    assert result.status == "ok", result.reason
+    assert result.values["healthy_ports"] == 8
+    assert result.reason == (f"rail set unknown ({facts.rails_unknown}): judged the InfiniBand "
+                             "ports; not judged: mlx5_1:1, mlx5_2:1, mlx5_7:1, mlx5_8:1")
+    down = fakesysfs.build(_no_uverbs(ib_node_with_ethernet(down="mlx5_3")), tmp_path / "d")
+    failed = rdma.check_ports(rdma.collect(str(down)), README_CONFIG, None)
+    assert failed.status == "fail"
+    assert failed.reason == "mlx5_3:1 DOWN/Disabled at 10 Gb/s, expected 400"
+
+
+def test_no_rail_known_and_no_port_named_only_counts_healthy_ports(tmp_path: Path) -> None:
+    root = fakesysfs.build(_no_uverbs(ib_node_with_ethernet(down="mlx5_3")), tmp_path / "r")
+    facts = rdma.collect(str(root))
+    # 7 InfiniBand ports and 2 Ethernet ports up: no port fails alone, on its speed or state
+    ok = rdma.check_ports(facts, {"rdma_ports": 8, "rdma_rate_gbps": 400}, None)
+    assert ok.status == "ok", ok.reason
+    assert ok.reason.startswith("rail set unknown (no uverbs device")
+    assert "no port judged alone, only how many are up" in ok.reason
+    few = rdma.check_ports(facts, {"rdma_ports": 10}, None)
+    assert few.status == "fail"
+    assert few.reason.startswith("9 RDMA ports up, expected 10 (rail set unknown: no uverbs")
+
+
+# -- 7. RoCE link flaps from the netdev's carrier (issue 46, item 6) --------------------------
+
+def test_roce_link_flaps_counted_from_carrier_downs(tmp_path: Path) -> None:
+    """Before: only link_downed was read, which stays 0 here; net1 (mlx5_0's netdev on
+    NVIDIA/nccl#1405's IPv6 rail layout) lost its carrier twice. carrier_changes counts a
+    down and an up per flap; carrier_down_count (Linux >= 4.19) counts the downs, and wins
+    when present (Documentation/ABI/testing/sysfs-class-net)."""
+    root = fakesysfs.build(ipv6_rails_node(), tmp_path / "r")
+    net1 = root / "sys/class/net/net1"
+    net1_changes = net1 / "carrier_changes"
+    history = str(tmp_path / "flaps.json")
+    net1_changes.write_text("2\n")  # boot: carrier off -> on
+    first = rdma.collect(str(root), history)
+    assert first.flaps["mlx5_0:1"] is None  # a baseline
+    net1_changes.write_text("6\n")  # two flaps later
+    facts = rdma.collect(str(root), history)
+    assert facts.flaps["mlx5_0:1"] == 2
+    assert all(p.counters.get("link_downed") in (None, 0) for p in facts.ports)
+    result = rdma.check_link_flaps(facts, {}, None)
+    assert result.status == "fail"
+    assert result.reason == "mlx5_0:1 link went down 2 times in 24 h (limit 2)"
+    (net1 / "carrier_down_count").write_text("4\n")  # read first: a third down
+    assert rdma.collect(str(root), history).flaps["mlx5_0:1"] == 3
+
+
+# -- 8. ports as ibstat and ibstatus print them: Polling, Down/LinkUp, a lower rate ----------
+
+_STATES = {"Active": "ACTIVE", "Down": "DOWN", "Initializing": "INIT", "Armed": "ARMED"}
+
+
+def ports_from(text: str) -> list[rdma.PortFacts]:
+    """``ibstat`` (CA 'x' / Port N: / State: Active) or ``ibstatus`` (Infiniband device 'x'
+    port N status: / state: 4: ACTIVE) -> the port facts rdma.ports judges, as the sysfs
+    reader makes them (topology/rdma.py: the word after "N: ", the rate's leading number)."""
+    ports: list[rdma.PortFacts] = []
+    fields: dict[str, str] = {}
+    name = ""
+
+    def flush() -> None:
+        if name and fields:
+            rate = fields.get("rate", "").split()
+            ports.append(rdma.PortFacts(
+                name, fields.get("state", ""), fields.get("phys state", ""),
+                float(rate[0]) if rate else None, fields.get("link layer", ""), {}))
+
+    ca = ""
+    for line in text.splitlines():
+        body = line.strip()
+        if body.startswith("CA '"):
+            ca = body.split("'")[1]
+        elif body.startswith("Port ") and body.endswith(":"):
+            flush()
+            name, fields = f"{ca}:{body[5:-1]}", {}
+        elif body.startswith("Infiniband device '"):
+            flush()
+            name, fields = f"{body.split(chr(39))[1]}:{body.split()[4]}", {}
+        elif ":" in body:
+            key, _, value = body.partition(":")
+            key = key.strip().lower().replace("_", " ").replace("physical", "phys")
+            value = value.strip()
+            if key in ("state", "phys state") and value[:1].isdigit():
+                value = value.split(": ", 1)[1]  # ibstatus: "4: ACTIVE", sysfs's own text
+            fields[key] = _STATES.get(value, value) if key == "state" else value
+    flush()
+    return ports
+
+
+@pytest.mark.parametrize(("name", "expect", "status", "reason"), [
+    ("gpud-482_ibstat_cx7-down-polling.txt",
+     {"rdma_ports": 1, "rdma_rate_gbps": 400, "rdma_link_layer": "InfiniBand"},
+     "fail", "mlx5_10:1 DOWN/Polling at 10 Gb/s, expected 400"),
+    ("network-operator-249_ibstat_down-linkup-200.txt",
+     {"rdma_ports": 1, "rdma_rate_gbps": 200, "rdma_link_layer": "InfiniBand"},
+     "fail", "mlx5_7:1 DOWN/LinkUp"),
+    ("nccl-1866_ibstatus_roce-100.txt",
+     {"rdma_ports": 2, "rdma_rate_gbps": 200, "rdma_link_layer": "Ethernet"},
+     "fail", "mlx5_0:1 at 100 Gb/s, expected 200; mlx5_1:1 at 100 Gb/s, expected 200"),
+    ("nccl-1866_ibstatus_roce-100.txt",
+     {"rdma_ports": 2, "rdma_rate_gbps": 100, "rdma_link_layer": "Ethernet"}, "ok", ""),
+    ("gpud-99_ibstat_cx6dx-down-disabled-no-rate.txt",  # the post stops after the state
+     {"rdma_ports": 1, "rdma_rate_gbps": 100}, "fail", "mlx5_8:1 DOWN/Disabled rate unreadable"),
+    ("gpud-752_ibstat_active-200-then-ibpanic-mlx5_8.txt",
+     {"rdma_ports": 2, "rdma_rate_gbps": 200, "rdma_link_layer": "InfiniBand",
+      "rdma_devices": ["mlx5_7", "mlx5_8"]},
+     "fail", "1 RDMA ports found, expected 2; mlx5_8 missing"),
+])
+def test_ibstat_and_ibstatus_ports(name: str, expect: dict, status: str, reason: str) -> None:
+    ports = ports_from(corpus(name))
+    facts = rdma.RdmaFacts(ports, "peermem", "", tuple(p.name for p in ports))
+    result = rdma.check_ports(facts, expect, None)
+    assert (result.status, result.reason) == (status, reason)

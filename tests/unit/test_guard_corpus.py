@@ -16,6 +16,7 @@ Classes this corpus pins (each has real cases the code before issue 34 got wrong
 from __future__ import annotations
 
 import json
+import os
 import re
 from itertools import combinations
 from pathlib import Path
@@ -96,7 +97,8 @@ def test_every_corpus_file_is_covered_and_cited() -> None:
 
     for area, covered in (("nccl", {**NCCL, **NCCL_46}), ("kernel", KERNEL),
                           ("nccltests", {**NCCL_TESTS, **NCCL_TESTS_46}),
-                          ("dcgm", DCGM), ("roce", ROCE)):
+                          ("dcgm", {**DCGM, **DCGM_DIAG}), ("roce", ROCE), ("amd", AMD),
+                          ("xid", XID)):
         files = {p.name for p in (CORPUS / area).iterdir() if p.name != "SOURCES.md"}
         assert files == set(covered), area
         sources = (CORPUS / area / "SOURCES.md").read_text()
@@ -231,12 +233,21 @@ def test_a_chain_that_stops_below_init_is_handled_not_a_failure() -> None:
 # dmesg / journal text as posted; the test turns it into /dev/kmsg records the way the
 # kernel writes them (one printk with newlines is one record, its newlines as \x0a)
 _STAMP = re.compile(r"^(?:\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: )?\[\s*\d+\.\d+\] (?P<m>.*)$")
+# The other ways a kernel line is posted: dmesg -T / --ctime ("[Fri Aug 30 11:43:09 2024] "),
+# dmesg -x --time-format iso ("syslog:err   : 2025-05-27T04:18:56,089671+00:00 "), journalctl
+# -o short-iso ("2025-05-27T04:18:56+0000 host kernel: ") and a journal line cut to "kernel: "
+_OTHER_STAMPS = re.compile(
+    r"^(?:\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] "
+    r"|\w+:\w+ *: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+[+-]\d\d:\d\d "
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \S+ kernel: "
+    r"|\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: "
+    r"|kernel: )(?P<m>.*)$")
 
 
 def kmsg_records(text: str) -> list[str]:
     messages: list[str] = []
     for line in text.splitlines():
-        stamped = _STAMP.match(line)
+        stamped = _STAMP.match(line) or _OTHER_STAMPS.match(line)
         if stamped:
             messages.append(stamped.group("m"))
         elif line.startswith(" ") and messages:  # dmesg's continuation of one record
@@ -266,6 +277,8 @@ KERNEL = {
     "gpu-operator-649-rminitadapter-two-gpus.txt": ["GPU0 0000:04:01", "GPU1 0000:04:02"],
     "cmpunlocker-4-rminitadapter-attach.txt": ["0000:01:00"],
     "bumblebee-722-rminitadapter-minor-only.txt": ["GPU0 bus id not in the message"],
+    # journalctl's short format with no dmesg stamp after "kernel: " (issue 46)
+    "ogkm-1151-journal-rminitadapter-5080.txt": ["GPU0 0000:09:00"],
 }
 
 
@@ -467,6 +480,27 @@ def test_gpu_is_lost_status_lines_join_the_xid_or_stand_alone(tmp_path: Path) ->
 
 # dcgmi diag -j / nvvs -j: file -> (results, passed, version)
 DCGM = {"nvvs-3.1.0-8gpu-pass-uppercase-nulls.json": (80, 80, "3.1.0")}
+# level 2 as dcgmi -j prints it (DCGM 3.x layout), one GPU: issue 46
+DCGM_DIAG = {"virtualclient-dcgm3-r2-1gpu-pass.json": (11, "PCIe", "GPU Memory")}
+
+
+@pytest.mark.parametrize("name", sorted(DCGM_DIAG))
+def test_dcgmi_diag_level_2_report(name: str) -> None:
+    results, integration, hardware = DCGM_DIAG[name]
+    text = (CORPUS / "dcgm" / name).read_text()
+    facts = dcgm.parse(text)
+    assert len(facts["results"]) == results
+    assert {r["test"] for r in facts["results"] if r["gpu"] == 0} == {integration, hardware}
+    result = dcgm.check_dcgm(facts, {}, None)
+    assert result.status == OK and result.values["passed"] == results
+    # the same report with its memory test failed on GPU 0 names both
+    failed = text.replace('"info" : "GPU 0 Allocated 15206918958 bytes (97.3%)",\n'
+                          '\t\t\t\t\t\t\t\t"status" : "Pass"',
+                          '"info" : "GPU 0 Allocated 15206918958 bytes (97.3%)",\n'
+                          '\t\t\t\t\t\t\t\t"status" : "Fail"')
+    assert failed != text
+    bad = dcgm.check_dcgm(dcgm.parse(failed), {}, None)
+    assert bad.status == FAIL and bad.reason == "DCGM level None: GPU Memory on GPU0"
 
 
 @pytest.mark.parametrize("name", sorted(DCGM))
@@ -512,3 +546,84 @@ def test_ethtool_deltas_over_a_job(name: str) -> None:
     ctx = Context("epilog", "n1", job_id="1",
                   roce_before={port.name: {**before, "rx_discards_phy": 0}})
     assert roce_check.check_counters([lossy], {}, ctx).status == FAIL
+
+
+# file -> the amd.* verdicts it supports, replayed by the fake amd-smi (corpus/amd/SOURCES.md)
+AMD = {
+    "amdsmi-changelog-6.3-metric-pcie-2gpu-x16-32gts.txt": {"amd.pcie": "ok", "amd.count": "ok"},
+    "amdsmi-changelog-6.1.2-metric-power-2gpu-unthrottled.txt": {"amd.clocks": "ok"},
+    "amdsmi-changelog-6.1.1-metric-clock-1gpu-gfx0-7.txt": {"amd.clocks": "ok"},
+    "amdsmi-changelog-6.1.1-metric-ecc-ecc-blocks-zero.txt": {"amd.ecc": "ok"},
+    "amdsmi-changelog-6.1-metric-P-x16-16gts.txt": {"amd.pcie": "ok"},
+    "amdsmi-changelog-6.1-topology-8gpu-all-xgmi.txt": {"amd.xgmi": "ok"},
+    # no PCIE section in this report: cannot tell, a warning, never OK
+    "powerjoular-67-metric-radeon-unthrottled.txt": {"amd.clocks": "ok", "amd.ecc": "ok",
+                                                     "amd.pcie": "warn", "amd.count": "ok"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(AMD))
+def test_amd_smi_reports(name: str, tmp_path: Path) -> None:
+    from slurmfabric.health.checks import amd
+
+    text = (CORPUS / "amd" / name).read_text()
+    topology = "topology" in name
+    gpus = len(amd.parse_link_table(text)) if topology else len(amd.parse_metric(text))
+    assert gpus
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(CORPUS.parent / "health" / "amdsmi" / "fake-amd-smi", bin_dir / "amd-smi")
+    (bin_dir / "metric.txt").write_text("" if topology else text)
+    (bin_dir / "topology.txt").write_text(text if topology else "")
+    for k in range(gpus):
+        dev = tmp_path / f"root/sys/bus/pci/drivers/amdgpu/0000:{k + 1:02x}:00.0"
+        dev.mkdir(parents=True)
+        (dev / "class").write_text("0x120000\n")
+    expect = {**amd.SITE_KEYS, "amd_smi": str(bin_dir / "amd-smi"),
+              "sysfs_root": str(tmp_path / "root")}
+    facts = amd.collect(expect, 10)
+    for check, verdict in AMD[name].items():
+        result = amd.CHECKS[check][0](facts, expect, None)
+        assert result.status == verdict, (check, result.reason)
+
+
+# file -> (gpu.xid verdict, pieces of its reason): Xid lines as dmesg, dmesg -T, dmesg -x
+# --time-format iso and the journal print them (corpus/xid/SOURCES.md)
+XID = {
+    "gpud-46-dmesg-ctime-xid13-109.txt": (
+        "fail", ["Xid 109 on GPU 0000:cb:00 (ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR, RESET_GPU)"]),
+    "akash-support-244-dmesg-T-xid43-31-94.txt": (
+        "warn", ["Xid 43 on GPU 0000:00:05 (ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR, IGNORE)"]),
+    "bumblebee-677-dmesg-xid32-31.txt": (
+        "warn", ["Xid 32 on GPU 0000:01:00 (ROBUST_CHANNEL_PBDMA_ERROR, RESTART_APP)"]),
+    "gpud-870-dmesg-decode-iso-xid79.txt": (
+        "fail", ["Xid 79 on GPU 0000:04:00 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, "
+                 "RESTART_BM)"]),
+    "ogkm-1150-journal-kernel-xid45-after-149.txt": (
+        "warn", ["Xid 45 on GPU 0000:dc:00 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL, "
+                 "WORKFLOW_XID_45)"]),
+    "gpud-1174-kmsg-gb200-xid149-145-94.txt": (
+        "fail", ["Xid 149 on GPU 0019:01:00 (NVLINK_NETIR_ERROR, WORKFLOW_NVLINK5_ERR)",
+                 "Xid 145 on GPU 0018:01:00 (NVLINK_RLW_ERROR, WORKFLOW_NVLINK5_ERR)"]),
+}
+XID_NUMBERS = {"gpud-46-dmesg-ctime-xid13-109.txt": {13, 109},
+               "akash-support-244-dmesg-T-xid43-31-94.txt": {43, 31, 94},
+               "bumblebee-677-dmesg-xid32-31.txt": {32, 31},
+               "gpud-870-dmesg-decode-iso-xid79.txt": {79},
+               "ogkm-1150-journal-kernel-xid45-after-149.txt": {45},  # not "previous Xid 149"
+               "gpud-1174-kmsg-gb200-xid149-145-94.txt": {149, 145, 94}}
+XID_COUNTS = {"gpud-46-dmesg-ctime-xid13-109.txt": 4,
+              "akash-support-244-dmesg-T-xid43-31-94.txt": 4,
+              "bumblebee-677-dmesg-xid32-31.txt": 3, "gpud-870-dmesg-decode-iso-xid79.txt": 1,
+              "ogkm-1150-journal-kernel-xid45-after-149.txt": 7,
+              "gpud-1174-kmsg-gb200-xid149-145-94.txt": 4}
+
+
+@pytest.mark.parametrize("name", sorted(XID))
+def test_xid_lines_in_every_log_format(name: str, tmp_path: Path) -> None:
+    result = judge_kernel_log((CORPUS / "xid" / name).read_text(), tmp_path)
+    verdict, pieces = XID[name]
+    assert result.status == verdict, result.reason
+    assert result.values["new_xids"] == XID_COUNTS[name]
+    assert all(piece in result.reason for piece in pieces), result.reason
+    assert {v["xid"] for v in result.values["xids"]} == XID_NUMBERS[name]

@@ -268,3 +268,63 @@ def test_the_prolog_drains_on_a_pinned_driver_and_leaves_its_inventory(tmp_path)
     prom = (tmp_path / "state" / "gpu007.prom").read_text()
     assert ('slurmfabric_node_version_info{node="gpu007",component="driver",'
             'version="535.104.05"} 1') in prom
+
+
+# -- NCCL: the library a job loads (issue 46, item 5) ----------------------------------------
+
+NCCL_H = (Path(__file__).resolve().parents[1] / "fixtures" / "health" / "ncclwheel"
+          / "nvidia_nccl_cu13-2.30.7_nccl.h-lines-1-26.txt")
+
+
+def _wheel(site: Path, header: bool = True) -> Path:
+    """The nvidia-nccl-cu13 2.30.7 wheel as pip lays it out (its RECORD, ncclwheel/SOURCES.md):
+    the library without X.Y.Z in its name, the header beside it, the dist-info."""
+    lib = site / "nvidia" / "nccl" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libnccl.so.2").write_bytes(b"\x7fELF")
+    if header:
+        (site / "nvidia" / "nccl" / "include").mkdir()
+        (site / "nvidia" / "nccl" / "include" / "nccl.h").write_bytes(NCCL_H.read_bytes())
+    (site / "nvidia_nccl_cu13-2.30.7.dist-info").mkdir()
+    return lib / "libnccl.so.2"
+
+
+def test_nccl_version_from_the_wheel_a_job_loads(tmp_path: Path) -> None:
+    """Before: only libnccl.so.X.Y.Z in system directories; the torch wheel's NCCL was
+    unseen and an older system NCCL was reported as the job's."""
+    site = tmp_path / "venv/lib/python3.11/site-packages"
+    lib = _wheel(site)
+    system = tmp_path / "usr/lib/x86_64-linux-gnu"
+    system.mkdir(parents=True)
+    (system / "libnccl.so.2.18.3").write_bytes(b"")
+    assert versions.nccl_version_of(str(lib)) == "2.30.7"  # from nccl.h's NCCL_MAJOR/MINOR/PATCH
+    found = versions.find_nccl(str(tmp_path), ["/venv/lib/python3.11/site-packages",
+                                               "/usr/lib/x86_64-linux-gnu"])
+    assert found == (str(lib), "2.30.7")
+    expect = {"sysfs_root": str(tmp_path), "ofed_info": str(tmp_path / "none"),
+              "nccl_lib_dirs": ["/venv/lib/python3.11/site-packages", "/usr/lib/x86_64-linux-gnu"]}
+    inv = versions.collect_local("gpu001", expect, 5, gpus=False)
+    assert inv.versions["nccl"] == "2.30.7"
+
+
+def test_nccl_version_from_dist_info_a_symlink_or_said_unknown(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    lib = _wheel(site, header=False)
+    assert versions.nccl_version_of(str(lib)) == "2.30.7"  # the dist-info's name
+    image = tmp_path / "image/usr/lib/x86_64-linux-gnu"  # a container's Debian package
+    image.mkdir(parents=True)
+    (image / "libnccl.so.2.21.5").write_bytes(b"")
+    (image / "libnccl.so.2").symlink_to("libnccl.so.2.21.5")
+    assert versions.nccl_version_of(str(image / "libnccl.so.2")) == "2.21.5"
+    lone = tmp_path / "opt/lib"
+    lone.mkdir(parents=True)
+    (lone / "libnccl.so.2").write_bytes(b"")
+    expect = {"sysfs_root": str(tmp_path), "ofed_info": str(tmp_path / "none"),
+              "nccl_lib_dirs": ["/opt/lib"]}
+    inv = versions.collect_local("gpu001", expect, 5, gpus=False)
+    assert "nccl" not in inv.versions
+    assert inv.unread["nccl"].endswith("libnccl.so.2: version unknown (no nccl.h, wheel "
+                                       "metadata or X.Y.Z name)")
+    expect["nccl_lib_dirs"] = ["/nowhere"]
+    assert versions.collect_local("gpu001", expect, 5, gpus=False).unread["nccl"].startswith(
+        "no libnccl.so in a Python environment's nvidia/nccl/lib")

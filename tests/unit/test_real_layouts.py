@@ -296,3 +296,63 @@ def test_azure_ndv4_four_numa_nodes_pairs_from_its_topology_file(tmp_path: Path)
                               for i in range(8)]
     assert any("/opt/microsoft/ndv4/topo.xml (set in /etc/nccl.conf)" in n for n in plan.notes)
     assert not plan.warnings
+
+
+# -- issue 46: rails that are not rails, GDR without CPU-less NUMA, topology-file hints -----
+
+def test_p6_b200_efa_devices_are_the_rails_not_the_nvlink_management_ports(tmp_path: Path) -> None:
+    """Before: the two InfiniBand NVLink-management devices were the plan's rails and the
+    port check judged them, never the 8 EFA devices."""
+    _, plan = plan_for(tmp_path, real_nodes.aws_p6_b200())
+    efa = [f"rdmap{b}s0:1" for b in (79, 80, 113, 130, 147, 164, 181, 198)]
+    assert plan.fabric == "efa"
+    assert plan.nccl_env == {"NCCL_SOCKET_IFNAME": "=ens32", "FI_PROVIDER": "efa"}
+    assert [p.name for p in plan.rails.rails] == efa
+    for name in ("ibp115s0f0:1", "ibp116s0f0:1"):
+        assert plan.rails.excluded[name].startswith("InfiniBand device on an EFA node: no "
+                                                    "data NIC")
+    assert [b[1:3] for b in bindings(plan)] == [(n, "PIX") for n in efa]
+    assert not any("within PXB" in w for w in plan.warnings), plan.warnings
+
+
+def test_p6_b200_port_check_judges_the_efa_devices(tmp_path: Path) -> None:
+    from slurmfabric.health.checks import rdma
+
+    node = real_nodes.aws_p6_b200()
+    node.rdma[2].ports[1].state = "1: DOWN"  # rdmap113s0: a dead EFA
+    node.rdma[2].ports[1].phys_state = "3: Disabled"
+    root = fakesysfs.build(node, tmp_path / "root")
+    facts = rdma.collect(str(root))
+    assert facts.rails is not None and len(facts.rails) == 8
+    result = rdma.check_ports(facts, {"rdma_ports": 8}, None)
+    assert result.status == "fail"
+    assert result.reason == "rdmap113s0:1 DOWN/Disabled"
+    healthy = fakesysfs.build(real_nodes.aws_p6_b200(), tmp_path / "ok")
+    ok = rdma.check_ports(rdma.collect(str(healthy)), {"rdma_ports": 8}, None)
+    assert ok.status == "ok" and ok.values["healthy_ports"] == 8
+    assert ok.reason == "not rails, not judged: ibp115s0f0:1, ibp116s0f0:1"
+
+
+def test_gb300_without_cpuless_numa_nodes_is_coherent_and_keeps_gdr(tmp_path: Path) -> None:
+    """Before: with no CPU-less NUMA node the plan warned 'no RDMA port is within PXB of a
+    GPU (flat or virtualised PCIe?)' and that the GPUs' traffic crosses the CPU without
+    GPUDirect RDMA, on nodes where GDR is measured (nebius-solutions-library#1135)."""
+    topo, plan = plan_for(tmp_path, real_nodes.gb300_vm())
+    assert topo.cpuless_numa == ()
+    assert topo.coherent_gpus == "NVIDIA GB300: Grace superchip GPUs (coherent over NVLink-C2C)"
+    assert plan.fabric == "ib" and len(plan.rails.rails) == 4
+    assert not any("within PXB" in w for w in plan.warnings), plan.warnings
+    assert any(n.startswith("GPUs attached coherently (NVIDIA GB300") for n in plan.notes)
+    assert "NCCL_NET_GDR_LEVEL" not in plan.nccl_env
+
+
+def test_an_azure_mi300x_vm_is_not_pointed_at_nvidias_topology_files(tmp_path: Path) -> None:
+    topo, plan = plan_for(tmp_path, real_nodes.azure_ndmi300x())
+    assert topo.markers.get("pcie_hidden") and len(topo.gpus) == 4
+    line = next(w for w in plan.warnings if w.startswith("PCIe tree hidden"))
+    assert "/opt/microsoft/" not in line
+    assert line.endswith("(RCCL reads NCCL_TOPO_FILE too; no published file is known for "
+                         "these GPUs)")
+    _, nvidia = plan_for(tmp_path / "h100", real_nodes.azure_ndv5(with_topo_file=False))
+    hint = next(w for w in nvidia.warnings if w.startswith("PCIe tree hidden"))
+    assert hint.endswith("(Azure HPC images: /opt/microsoft/ndv5/topo.xml)")

@@ -57,6 +57,10 @@ class PortFacts:
     rate_gbps: float | None
     link_layer: str
     counters: dict[str, int | None]
+    # RoCE: times the port's netdev lost its carrier (None: not Ethernet, or unreadable).
+    # The flap history counts these instead of link_downed, which a RoCE port's PMA
+    # need not count for an Ethernet link going down.
+    carrier_downs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,13 +68,15 @@ class RdmaFacts:
     ports: list[PortFacts]
     gdr_mode: str  # "peermem", "dmabuf", "none"
     gdr_evidence: str
-    # The rail positions (plan.rails: rails, down rails, slow rails by a GPU), None when
-    # the rail rule found none (an EFA node): then every port is judged.
+    # The rail positions (plan.rails: rails, down rails, slow rails by a GPU; the EFA
+    # devices on an EFA node), None when the rail rule found none (no uverbs device, no
+    # GID visible): then only what the site config names is judged (``_selected``).
     rails: tuple[str, ...] | None = None
     not_rails: dict[str, str] = field(default_factory=dict)  # port -> why it is no rail
     # link_downed increases per port within the flap window (None: no earlier sample yet)
     flaps: dict[str, int | None] = field(default_factory=dict)
     flap_window_s: float = FLAP_WINDOW_H_DEFAULT * 3600
+    rails_unknown: str = ""  # why no rail is known (the rail rule's most common reason)
 
 
 def collect(root: str, history: str | None = None,
@@ -87,29 +93,49 @@ def collect(root: str, history: str | None = None,
     reader = Reader(Root(root))
     slots: tuple[str, ...] = ()
     not_rails: dict[str, str] = {}
+    unknown = ""
     try:  # sysfs GPUs are enough for the PCIe distances the rail rule needs
         topo = discover_with_reader(reader, nvml=False)
         found, gdr = topo.ports, topo.gdr
         choice = choose_rails(topo)
         slots = tuple(p.name for p in choice.slots)
         not_rails = {name: why for name, why in choice.excluded.items() if name not in slots}
-    except Exception:  # an odd tree elsewhere must not stop the port checks: judge them all
+        reasons = list(choice.excluded.values())
+        if reasons:
+            unknown = max(reasons, key=reasons.count)
+    except Exception as exc:  # an odd tree must not stop the port checks
         found = tuple(p for dev in discover_rdma(reader) for p in dev.ports)
         gdr = discover_gdr(reader)
+        unknown = f"the rail rule failed: {type(exc).__name__}"
     ports = [
         PortFacts(p.name, p.state, p.phys_state, p.rate_gbps, p.link_layer,
-                  {k: v for k, v in p.counters.items() if k in ERROR_COUNTERS})
+                  {k: v for k, v in p.counters.items() if k in ERROR_COUNTERS},
+                  carrier_downs(reader, p.netdev) if p.link_layer == "Ethernet" else None)
         for p in found
     ]
     flaps = record_link_downed(history, ports, window_s) if history else {}
     return RdmaFacts(ports, gdr.mode, gdr.evidence, slots or None, not_rails, flaps,
-                     window_s)
+                     window_s, "" if slots else (unknown or "no RDMA port"))
+
+
+def carrier_downs(reader, netdev: str | None) -> int | None:
+    """``carrier_down_count`` of the netdev (Linux >= 4.19), else half of
+    ``carrier_changes`` (each flap is a down and an up), Documentation/ABI/testing/
+    sysfs-class-net. A VF representor or a netdev in another namespace reads as None."""
+    if not netdev or "/" in netdev:
+        return None
+    base = f"/sys/class/net/{netdev}"
+    downs = reader.int(f"{base}/carrier_down_count")
+    if downs is not None:
+        return downs
+    changes = reader.int(f"{base}/carrier_changes")
+    return None if changes is None else changes // 2
 
 
 def record_link_downed(path: str, ports: list[PortFacts], window_s: float,
                        now: float | None = None) -> dict[str, int | None]:
-    """Add this run's link_downed values to the history in ``path`` and count, per port,
-    the increases within the last ``window_s`` seconds.
+    """Add this run's link_downed values (a RoCE port's carrier downs) to the history in
+    ``path`` and count, per port, the increases within the last ``window_s`` seconds.
 
     The history keeps only changes (time, value), plus the last one before the window as the
     baseline, so a node checked every minute stores a few lines. A counter that went down
@@ -124,7 +150,8 @@ def record_link_downed(path: str, ports: list[PortFacts], window_s: float,
     history: dict[str, list[list[float]]] = {}
     counts: dict[str, int | None] = {}
     for port in ports:
-        value = port.counters.get("link_downed")
+        value = (port.carrier_downs if port.carrier_downs is not None
+                 else port.counters.get("link_downed"))
         raw = known.get(port.name)
         samples = [s for s in raw if _sample(s)] if isinstance(raw, list) else []
         if value is not None and (not samples or samples[-1][1] != value):
@@ -157,27 +184,45 @@ def _sample(item: object) -> bool:
 
 def _selected(facts: RdmaFacts, expect: dict) -> list[PortFacts]:
     """Ports named in ``rdma_devices`` (``mlx5_0`` = all its ports, ``mlx5_0:1`` one port),
-    else the rail set, else every port; in the order discovery found them."""
+    else the rail set; with no rail known, the ports in the site's ``rdma_link_layer``, else
+    every port (then only counted, see ``check_ports``). In discovery order."""
     wanted = list(expect.get("rdma_devices") or [])
-    if not wanted:
-        if facts.rails is None:
-            return facts.ports
+    if wanted:
+        return [p for p in facts.ports if p.name in wanted or p.name.split(":")[0] in wanted]
+    if facts.rails is not None:
         return [p for p in facts.ports if p.name in facts.rails]
-    return [p for p in facts.ports if p.name in wanted or p.name.split(":")[0] in wanted]
+    layer = expect.get("rdma_link_layer")
+    return [p for p in facts.ports if not layer or p.link_layer == layer]
 
 
 def _not_judged(facts: RdmaFacts, expect: dict, ports: list[PortFacts]) -> str:
     """The ports left out, with why (information only, never a failure)."""
     judged = {p.name for p in ports}
-    why = "not in rdma_devices" if expect.get("rdma_devices") else "not a rail"
+    if expect.get("rdma_devices"):
+        why = "not in rdma_devices"
+    elif facts.rails is None:
+        why = f"rail set unknown, not in the site's rdma_link_layer {expect.get('rdma_link_layer')}"
+    else:
+        why = "not a rail"
     return "; ".join(f"{p.name} ({facts.not_rails.get(p.name) or why})"
                      for p in facts.ports if p.name not in judged)
 
 
 def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
+    """The rails (or the site's ``rdma_devices``) up, at ``rdma_rate_gbps``, in
+    ``rdma_link_layer``. With no rail known (``facts.rails`` None) a port is judged only
+    where the site config names its ports (devices or link layer), else only the number of
+    healthy ports against ``rdma_ports``: a frontend or BlueField port at its own speed or
+    state never drains a node on a guess."""
     ports = _selected(facts, expect)
     want_n, want_rate = expect.get("rdma_ports"), expect.get("rdma_rate_gbps")
     want_layer = expect.get("rdma_link_layer")
+    named = bool(expect.get("rdma_devices") or want_layer)
+    unknown = facts.rails is None and not expect.get("rdma_devices")
+    # rail set unknown and no port named: no single port can fail the node, only too few
+    # healthy ports (rdma_ports) can
+    per_port = not unknown or named
+    judge_rate = bool(want_rate) and per_port
     bad, values, metrics = [], {}, []
     for name in expect.get("rdma_devices") or []:
         if not any(p.name == name or p.name.split(":")[0] == name for p in facts.ports):
@@ -195,27 +240,37 @@ def check_ports(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
         problems = []
         if port.state != "ACTIVE" or port.phys_state != "LinkUp":
             problems.append(f"{port.state}/{port.phys_state}")
-        if want_rate and (port.rate_gbps or 0) < float(want_rate):
+        if judge_rate and (port.rate_gbps or 0) < float(want_rate):
             problems.append(f"at {port.rate_gbps:g} Gb/s, expected {want_rate}"
                             if port.rate_gbps is not None else "rate unreadable")
         if want_layer and port.link_layer != want_layer:
             problems.append(f"link layer {port.link_layer}, expected {want_layer}")
-        if problems:
-            bad.append(f"{port.name} {' '.join(problems)}")
-        else:
+        if not problems:
             healthy += 1
+        elif per_port:
+            bad.append(f"{port.name} {' '.join(problems)}")
     if want_n is not None and len(ports) < int(want_n):
         bad.insert(0, f"{len(ports)} RDMA ports found, expected {want_n}")
+    elif want_n is not None and not per_port and healthy < int(want_n):
+        bad.insert(0, f"{healthy} RDMA ports up, expected {want_n} (rail set unknown: "
+                      f"{facts.rails_unknown})")
     values["healthy_ports"] = healthy
     skipped = _not_judged(facts, expect, ports)
-    info = ""
+    info = []
+    if unknown:
+        values["rail_set"] = f"unknown ({facts.rails_unknown})"
+        judged = (f"judged the {want_layer} ports" if want_layer
+                  else "no port judged alone, only how many are up")
+        info.append(f"rail set unknown ({facts.rails_unknown}): {judged}")
     if skipped:
         values["not_judged"] = skipped
         others = [p.name for p in facts.ports if p not in ports]
         if not expect.get("rdma_devices"):  # said where health check shows it, never drains
-            info = f"not rails, not judged: {', '.join(others)}"
+            info.append(("not judged: " if unknown else "not rails, not judged: ")
+                        + ", ".join(others))
     status = FAIL if bad else OK
-    return CheckResult("rdma.ports", status, "; ".join(bad) or info, values, tuple(metrics))
+    return CheckResult("rdma.ports", status, "; ".join(bad) or "; ".join(info), values,
+                       tuple(metrics))
 
 
 def check_counters(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
@@ -271,9 +326,10 @@ def check_gdr(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
 def check_link_flaps(facts: RdmaFacts, expect: dict, ctx) -> CheckResult:
     """A port whose link went down ``link_flap_threshold`` times or more within
     ``link_flap_window_h`` hours: it passes every state check while it is up, and drops
-    NCCL's connections each time it goes down. Counted from link_downed (IBTA
-    PortCounters LinkDownedCounter, /sys/class/infiniband/DEV/ports/N/counters/link_downed,
-    Documentation/ABI/stable/sysfs-class-infiniband) across hook runs."""
+    NCCL's connections each time it goes down. Counted across hook runs from link_downed
+    (IBTA PortCounters LinkDownedCounter, /sys/class/infiniband/DEV/ports/N/counters/
+    link_downed, Documentation/ABI/stable/sysfs-class-infiniband), on RoCE ports from the
+    netdev's carrier downs (``carrier_downs``)."""
     limit = int(expect.get("link_flap_threshold") or FLAP_THRESHOLD_DEFAULT)
     hours = facts.flap_window_s / 3600
     bad, values, metrics = [], {}, []

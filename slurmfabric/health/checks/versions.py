@@ -12,8 +12,11 @@ node's inventory cheaply, each source fail-open:
   Documentation/ABI/stable/sysfs-class-infiniband: "fw_ver: firmware version");
 - OFED: ``ofed_info -s`` (MLNX_OFED / DOCA-Host) under a deadline; inbox rdma-core has none;
 - kernel: ``/proc/sys/kernel/osrelease``;
-- NCCL: the newest ``libnccl.so.X.Y.Z`` in the system library directories only (a NCCL
-  inside a Python wheel or a container is not seen).
+- NCCL: the library a job loads (``find_nccl``): the nvidia-nccl-cu* wheel that PyTorch
+  loads (``site-packages/nvidia/nccl/lib/libnccl.so.2``, its version from the wheel's
+  ``include/nccl.h`` or dist-info) before the system's ``libnccl.so.X.Y.Z``; a container's
+  or a job venv's NCCL where the site names its directory (``nccl_lib_dirs``); else
+  "unknown" with the file found.
 
 ``node.versions`` compares the inventory with the site's pins (drain on a mismatch, warn
 when a pinned version cannot be read). ``node.version_skew`` compares it with the other
@@ -38,6 +41,10 @@ from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 COMPONENTS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
 NCCL_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
              "/usr/local/lib", "/usr/local/cuda/lib64")
+# nccl.h's version macros (NVIDIA/nccl src/nccl.h.in; the nvidia-nccl-cu* wheels ship the
+# header beside the library, nvidia/nccl/include/nccl.h)
+_NCCL_H = re.compile(r"^#define NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)\s*$", re.M)
+_WHEEL_INFO = re.compile(r"nvidia_nccl_cu\d+-(\d+\.\d+\.\d+)\.dist-info$")
 _NVRM = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 _NCCL = re.compile(r"libnccl\.so\.(\d+\.\d+\.\d+)$")
 
@@ -153,17 +160,73 @@ def collect_local(node: str, expect: dict, timeout: float, gpus: bool = True) ->
         found["kernel"] = kernel
     else:
         unread["kernel"] = "no /proc/sys/kernel/osrelease"
-    nccl = []
-    for directory in expect.get("nccl_lib_dirs") or NCCL_DIRS:
-        for path in glob.glob(os.path.join(root, str(directory).lstrip("/"), "libnccl.so.*")):
-            match = _NCCL.search(os.path.basename(path))
-            if match:
-                nccl.append(match.group(1))
-    if nccl:
-        found["nccl"] = max(nccl, key=lambda v: tuple(int(x) for x in v.split(".")))
+    nccl = find_nccl(root, expect.get("nccl_lib_dirs") or default_nccl_dirs())
+    if nccl and nccl[1]:
+        found["nccl"] = nccl[1]
+    elif nccl:
+        unread["nccl"] = f"{nccl[0]}: version unknown (no nccl.h, wheel metadata or X.Y.Z name)"
     else:
-        unread["nccl"] = "no libnccl.so.X.Y.Z in the system library directories"
+        unread["nccl"] = ("no libnccl.so in a Python environment's nvidia/nccl/lib or the "
+                          "system library directories")
     return Inventory(node, found, unread, {})
+
+
+def default_nccl_dirs() -> list[str]:
+    """This Python's site-packages (a torch wheel's bundled NCCL), then the system's."""
+    import sys
+
+    sites = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    return sites + list(NCCL_DIRS)
+
+
+def _nccl_in(base: str) -> list[str]:
+    """Library files in ``base``: a libnccl file itself, a lib directory, a site-packages
+    directory (the wheel's nvidia/nccl/lib) or a root holding either."""
+    if os.path.isfile(base):
+        return [base]
+    found = []
+    for lib in (base, os.path.join(base, "nvidia", "nccl", "lib")):
+        found += sorted(glob.glob(os.path.join(glob.escape(lib), "libnccl.so*")))
+    return found
+
+
+def nccl_version_of(path: str) -> str | None:
+    """X.Y.Z of one libnccl file: its name or its symlink target's (libnccl.so.2 ->
+    libnccl.so.2.21.5, the Debian/RPM packages), else the wheel's nccl.h beside it
+    (../include/nccl.h), else the wheel's dist-info name; None when nothing says."""
+    for name in (os.path.basename(path), os.path.basename(os.path.realpath(path))):
+        match = _NCCL.search(name)
+        if match:
+            return match.group(1)
+    lib = os.path.dirname(path)
+    header = read_text(os.path.join(os.path.dirname(lib), "include", "nccl.h")) or ""
+    parts = dict(_NCCL_H.findall(header[:200_000]))
+    if len(parts) == 3:
+        return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
+    if lib.endswith(os.path.join("nvidia", "nccl", "lib")):
+        site = os.path.dirname(os.path.dirname(os.path.dirname(lib)))
+        for entry in list_dir(site):
+            match = _WHEEL_INFO.match(entry)
+            if match:
+                return match.group(1)
+    return None
+
+
+def find_nccl(root: str, dirs: list[str] | tuple[str, ...]) -> tuple[str, str | None] | None:
+    """(library, version or None) of the first NCCL found along ``dirs`` (under
+    ``root``), in order: the first place holding one is the one a job loads. In one
+    system directory the newest X.Y.Z wins."""
+    for directory in dirs:
+        base = os.path.join(root, str(directory).lstrip("/"))
+        libs = _nccl_in(base)
+        if not libs:
+            continue
+        versions = [(lib, nccl_version_of(lib)) for lib in libs]
+        known = [item for item in versions if item[1]]
+        if known:
+            return max(known, key=lambda item: tuple(int(x) for x in str(item[1]).split(".")))
+        return versions[0]
+    return None
 
 
 def collect(node: str, expect: dict, timeout: float, hook: str, nodelist: str | None,
