@@ -155,12 +155,12 @@ def _read_runs(path: str) -> Iterator[TestRun]:
     no newline), so that file is read whole, not cut into lines."""
     from slurmfabric._common import inputfile
 
-    if path == "-":  # standard input cannot be read twice: whole, within the cap
-        text = inputfile.read_text(path, "nccl-tests output", inputfile.RESULT_MAX_BYTES,
-                                   lenient=True)
-        if text.lstrip()[:1] == "{":
-            return iter(parse_json(text, path))
-        return iter_runs(text.splitlines())
+    if path == "-":  # standard input cannot be read twice: peek at it, then stream it
+        head = sys.stdin.buffer.peek(64)[:64] if hasattr(sys.stdin.buffer, "peek") else b""
+        if head.lstrip()[:1] == b"{":  # -J JSON, one line: whole, within the cap
+            return iter(parse_json(inputfile.read_text(path, "nccl-tests JSON",
+                                                       inputfile.RESULT_MAX_BYTES), path))
+        return iter_runs(inputfile.iter_log_lines(path, "nccl-tests output"))
     lines = inputfile.iter_log_lines(path, "nccl-tests output")
     first = next(lines, "")
     while first.strip() == "" and first:

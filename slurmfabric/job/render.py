@@ -342,6 +342,15 @@ FLIGHT_RECORDER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
                    "TORCH_FR_DUMP_TEMP_FILE")
 
 
+def flight_recorder_names() -> frozenset[str]:
+    """Every name the flight recorder's defaults can reach a rank under: the script's, and
+    the old ones ``launch`` adds for torch <= 2.7 (rank/torchnames.py). The import checks
+    compare them only where the original set them too."""
+    from slurmfabric.rank.torchnames import RENAMED
+
+    return frozenset({*FLIGHT_RECORDER, *(RENAMED[n] for n in FLIGHT_RECORDER if n in RENAMED)})
+
+
 def flight_recorder(config: JobConfig) -> list[str]:
     """The flight-recorder variables the script sets (``launcher.nccl_flight_recorder``),
     under torch >= 2.8's names (rank/torchnames.py adds the older ones per rank): none for

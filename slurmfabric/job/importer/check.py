@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from slurmfabric.job.importer import sbatch
+from slurmfabric.job.render import flight_recorder_names
 
 _NOT_COMPARED_ENV = ("SLURM", "SLURMFABRIC_", "OMPI_", "TORCHELASTIC_", "BASH", "SHLVL", "_",
                      "PWD", "OLDPWD")
@@ -31,9 +32,7 @@ _DERIVED = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL
                       "sf_bin", "sf_check", "slurmfabric_job_env", "mpirun_bin"})
 # Diagnostics slurmfabric adds by default (launcher.nccl_flight_recorder, job/render.py):
 # compared only where the original set them too.
-_ADDED_DEFAULTS = frozenset({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
-                             "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE",
-                             "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
+_ADDED_DEFAULTS = flight_recorder_names()
 # srun options slurmfabric sets itself on its launch step (counts, error handling).
 _SRUN_OWN = ("--nodes", "--ntasks", "--ntasks-per-node", "--kill-on-bad-exit", "--jobid",
              "--cpus-per-task", "-N", "-n", "-c", "--export=ALL")

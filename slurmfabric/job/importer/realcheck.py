@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from slurmfabric.job.importer.check import SAFE_TOOLS, CheckReport, compare_request
+from slurmfabric.job.render import flight_recorder_names
 
 # sbatch(1) options whose request the testbed cannot grant: compared as text, then dropped
 # from both scripts. Every one takes a value (sbatch(1) synopsis).
@@ -89,8 +90,7 @@ _SKIP = frozenset({"_", "SHLVL", "PWD", "OLDPWD", "BASH_ENV", "MASTER_ADDR", "MA
                    "NPROC_PER_NODE", "sf_bin", "sf_check",
                    "slurmfabric_job_env", "TMPDIR", "CUDA_VISIBLE_DEVICES",
                    "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "HOSTNAME"})
-_ADDED_DEFAULTS = frozenset({"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
-                             "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
+_ADDED_DEFAULTS = flight_recorder_names()
 # torchrun options slurmfabric derives (node count, node rank, rendezvous); flags without a
 # value (torch/distributed/run.py argparse: store_true). Every other option takes a value.
 _TORCHRUN_DERIVED = frozenset({"nnodes", "node-rank", "rdzv-backend", "rdzv-endpoint",
