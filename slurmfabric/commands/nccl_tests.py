@@ -56,7 +56,49 @@ def build_parser() -> argparse.ArgumentParser:
     parse_p.add_argument("--port-rate", type=number(0, 10000, low_open=True), default=400.0,
                          help="Gb/s per port with --ports (default 400)")
     parse_p.add_argument("--sysfs-root", help="root for --discover (tests, containers)")
+    curve = parse_p.add_argument_group("bandwidth against message size (nccl/curve.py)")
+    curve.add_argument("--svg", metavar="FILE", help="draw busbw per size beside the curve "
+                       "the fabric should give (one file per run: FILE, FILE-2, ...)")
+    curve.add_argument("--html", metavar="FILE", help="the same as a self-contained page")
+    curve.add_argument("--curve", action="store_true", help="judge every size against the "
+                       "expected curve (implied by --svg/--html)")
+    curve.add_argument("--nodes", type=number(1, 100000, integer=True),
+                       help="nodes of the run (default: the hosts its device table names)")
+    curve.add_argument("--gpus-per-node", type=number(1, 64, integer=True),
+                       help="GPUs per node (default: ranks / nodes, else 8)")
+    curve.add_argument("--gpu", default="h100", choices=("h100", "h200", "a100", "b200"))
+    curve.add_argument("--algo", help="the NCCL_ALGO the run forced (ring, tree, nvls, ...); "
+                       "default: NCCL's own pick per size")
     return p
+
+
+def _curve(run: TestRun, args: argparse.Namespace, rates: list[float] | None, index: int):
+    """The run against the expected curve, drawn where asked; None when not asked."""
+    from slurmfabric.nccl import curve
+
+    if not (args.curve or args.svg or args.html):
+        return None
+    nodes = args.nodes or len(run.hosts) or 1
+    ranks = len(run.devices)
+    per_node = args.gpus_per_node or (ranks // nodes if ranks >= nodes else 8)
+    shape = curve.Shape(nodes, per_node, tuple(rates or ()), args.fabric, args.gpu, args.algo)
+    try:
+        got = curve.judge(run.collective, [(r.size, r.busbw) for r in run.rows], shape)
+    except ValueError as exc:  # an --algo the model does not run for this op
+        raise UsageError(f"--algo {args.algo!r}: {exc}") from None
+    title = f"{run.collective or 'nccl-tests'}: {nodes} node(s) x {per_node} {args.gpu}"
+    for path, body in ((args.svg, curve.svg), (args.html, curve.html)):
+        if path:
+            from slurmfabric._common.files import write_atomic
+
+            stem, dot, ext = path.rpartition(".")
+            target = path if index == 0 else (f"{stem}-{index + 1}.{ext}" if dot
+                                              else f"{path}-{index + 1}")
+            write_atomic(target, body(got, title), 0o644)
+    return got
+
+
+CURVE_STATE = {"OK": "OK", "SHORT": "FAIL", "CANNOT_TELL": "UNKNOWN"}
 
 
 def _rates(args: argparse.Namespace) -> list[float] | None:
@@ -130,11 +172,21 @@ def main(argv: list[str]) -> int:
     for count, run in enumerate(chain([first], runs)):
         verdict = judge(run, rates, args.expect_busbw, args.fabric)
         states.add(verdict.state)
+        got = _curve(run, args, rates, count)
+        if got is not None:
+            states.add(CURVE_STATE[got.state])
         if args.json:
-            body = json.dumps(dict(run.to_dict(), verdict=verdict.to_dict()), indent=2)
+            extra = {} if got is None else {"curve": {
+                "state": got.state, "findings": got.findings,
+                "points": [vars(p) for p in got.points]}}
+            body = json.dumps(dict(run.to_dict(), verdict=verdict.to_dict(), **extra),
+                              indent=2)
             print(("," if count else "") + body)
         else:
             print(_render_run(run, verdict))
+            if got is not None:
+                print("\n".join(f"  curve: {line}" for line in got.findings)
+                      + f"\n  curve result: {got.state}")
     state = worst(states)
     if args.json:
         print(f'], "ok": {json.dumps(state == "OK")}, "verdict": "{state}"}}')

@@ -84,3 +84,44 @@ def test_the_svg_and_the_page_show_both_curves_and_the_short_range(rows) -> None
     assert "default-src 'none'" in page and "<script" not in page
     assert len(re.findall(r'<tr class="short">', page)) == 7
     assert "result: <strong>SHORT</strong>" in page
+
+
+def cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "slurmfabric", "nccl-tests", "parse", *args],
+                          capture_output=True, text=True)
+
+
+def test_the_command_draws_and_judges_the_curve(tmp_path, rows) -> None:
+    ring = FIX / "nccl_tests_h100_1node_ring_together.txt"
+    svg, page = tmp_path / "c.svg", tmp_path / "c.html"
+    ok = cli(str(ring), "--svg", str(svg), "--html", str(page), "--nodes", "1",
+             "--gpus-per-node", "8", "--algo", "ring")
+    assert ok.returncode == 0, ok.stderr
+    assert "  curve: within the expected curve from 1M to 8G" in ok.stdout
+    assert ET.fromstring(svg.read_text()).tag.endswith("svg") and "<svg" in page.read_text()
+    # the same rows halved from 128 MiB: exit 1, the range named
+    text = ring.read_text().splitlines()
+    halved = []
+    for line in text:
+        parts = line.split()
+        if parts and parts[0].isdigit() and int(parts[0]) >= 1 << 27:
+            parts[7], parts[11] = (f"{float(parts[7]) / 2:.2f}", f"{float(parts[11]) / 2:.2f}")
+            line = "  " + "  ".join(parts)
+        halved.append(line)
+    bad = tmp_path / "halved.txt"
+    bad.write_text("\n".join(halved) + "\n")
+    short = cli(str(bad), "--curve", "--nodes", "1", "--gpus-per-node", "8", "--algo", "ring",
+                "--json")
+    assert short.returncode == 1
+    import json
+
+    data = json.loads(short.stdout)
+    assert data["runs"][0]["curve"]["state"] == "SHORT"
+    assert data["runs"][0]["curve"]["findings"][0].startswith(
+        "short of the expected curve from 128M to 8G")
+    refused = cli(str(ring), "--curve", "--algo", "bogus")
+    assert refused.returncode == 2 and "--algo 'bogus'" in refused.stderr
+    assert "Traceback" not in refused.stderr

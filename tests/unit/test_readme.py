@@ -141,6 +141,9 @@ ELSEWHERE: dict[str, str] = {
         "tests/cluster/test_jobs_cluster.py::test_cancel_then_wait_says_cancelled",
     "slurmfabric health versions /shared/slurmfabric/versions":
         "tests/unit/test_health_versions.py::test_versions_command_prints_the_odd_nodes",
+    "slurmfabric nccl-tests parse all_reduce.out --ports 8 --port-rate 400 --nodes 16"
+    " --gpus-per-node 8 --svg sweep.svg --html sweep.html":
+        "tests/unit/test_nccl_curve.py::test_the_command_draws_and_judges_the_curve",
     "slurmfabric ib routes --nodes 'gpu[001-128]'":
         "tests/sim/test_ibroutes_sim.py::test_programmed_detours_and_a_lopsided_leaf_are_named",
     "slurmfabric ib links --node gpu017":
