@@ -105,8 +105,9 @@ import os, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
-print("rank", dist.get_rank(), "sum", int(t.item()),
-      "old", os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"), flush=True)
+# one write(2) per line: two ranks print to the same pipe, and print() writes in pieces
+os.write(1, f"rank {dist.get_rank()} sum {int(t.item())} old "
+            f"{os.environ.get('TORCH_NCCL_TRACE_BUFFER_SIZE')}\\n".encode())
 dist.destroy_process_group()
 """
 
