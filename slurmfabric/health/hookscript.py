@@ -178,22 +178,12 @@ def check_binary(path: str) -> str:
     """The slurmfabric that the hooks will run, proven to run: ``PATH --version`` must print
     slurmfabric's version. A missing file, a broken venv or a wrong program is refused at
     install time, before Slurm would run it on every node. Returns the version line."""
-    import os
-    import subprocess
-
+    from slurmfabric._common.executable import probe
     from slurmfabric.errors import UsageError
 
-    if not os.path.isabs(path):
-        raise UsageError(f"--bin {path!r} must be an absolute path",
-                         hint="hooks run with no PATH; give e.g. /opt/slurmfabric/bin/slurmfabric")
-    if not os.path.isfile(path) or not os.access(path, os.X_OK):
-        raise UsageError(f"--bin {path}: no such executable file",
-                         hint="give the slurmfabric console script that the compute nodes have")
-    try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True,
-                              timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"--bin {path}: does not run: {exc}") from None
+    proc = probe("--bin", path, ["--version"],
+                 "hooks run with no PATH; give e.g. /opt/slurmfabric/bin/slurmfabric",
+                 "give the slurmfabric console script that the compute nodes have")
     first = (proc.stdout.strip().splitlines() or [""])[0]
     if proc.returncode != 0 or not first.startswith("slurmfabric "):
         why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]

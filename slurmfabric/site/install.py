@@ -39,19 +39,11 @@ def check_python(python: str) -> None:
     The script fails open, so a wrong interpreter would not stop a job: it would silently
     give no job the plan. Refusing it here, once, is where the admin sees it.
     """
-    import subprocess
+    from slurmfabric._common.executable import probe
 
-    if not os.path.isabs(python):
-        raise UsageError(f"--python {python!r} must be an absolute path",
-                         hint="slurmstepd runs the TaskProlog with no PATH")
-    if not os.path.isfile(python) or not os.access(python, os.X_OK):
-        raise UsageError(f"--python {python}: no such executable file",
-                         hint="give the interpreter slurmfabric is installed in on the nodes")
-    try:
-        proc = subprocess.run([python, "-I", "-c", _IMPORT_CHECK], capture_output=True,
-                              text=True, timeout=60, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"--python {python}: does not run: {exc}") from None
+    proc = probe("--python", python, ["-I", "-c", _IMPORT_CHECK],
+                 "slurmstepd runs the TaskProlog with no PATH",
+                 "give the interpreter slurmfabric is installed in on the nodes")
     if proc.returncode != 0 or proc.stdout.strip() != "slurmfabric-ok":
         why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise UsageError(f"--python {python}: cannot run slurmfabric's TaskProlog "
