@@ -41,7 +41,7 @@ def check_python(python: str) -> None:
     """
     from slurmfabric._common.executable import probe
 
-    proc = probe("--python", python, ["-I", "-c", _IMPORT_CHECK],
+    proc = probe("--python", python, ["-I", "-B", "-c", _IMPORT_CHECK],
                  "slurmstepd runs the TaskProlog with no PATH",
                  "give the interpreter slurmfabric is installed in on the nodes")
     if proc.returncode != 0 or proc.stdout.strip() != "slurmfabric-ok":
