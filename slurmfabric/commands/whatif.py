@@ -163,6 +163,9 @@ def main(argv: list[str]) -> int:
         if not (args.params or args.model):
             return 0
     if args.validate:
+        if args.params or args.model:
+            raise UsageError("--validate runs the model on the published runs it holds; it "
+                             "takes no job", hint="slurmfabric whatif --validate [--json]")
         return validate(args.json)
     if not (args.params or args.model):
         raise UsageError("whatif needs --params or --model (or --html alone for the lab page, "

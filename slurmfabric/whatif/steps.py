@@ -42,8 +42,8 @@ def job_of(spec: dict, gpus: int | None = None) -> whatif.Job:
     batch = spec.pop("batch", None)
     if gpus is not None:
         spec["nodes"] = gpus // GPUS_PER_NODE
-    if batch is not None:
-        spec["tokens_per_gpu"] = int(batch * spec.get("seq", 8192) // gpus)
+        if batch is not None:
+            spec["tokens_per_gpu"] = int(batch * spec.get("seq", 8192) // gpus)
     return whatif.Job(**{**shape, **spec})
 
 

@@ -123,6 +123,8 @@ def test_validate_prints_predicted_beside_published() -> None:
     data = json.loads(run_validate("--json").stdout)
     assert {r["id"] for r in data["runs"]} == set(rows)
     assert data["tcp_example"]["defaults"]["step_s"] == pytest.approx(89.2, abs=0.1)
+    proc = run_validate("--model", "llama3-70b")
+    assert proc.returncode == 2 and "--validate" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_docs_table_is_the_one_the_model_gives() -> None:
