@@ -80,8 +80,6 @@ import os
 import stat
 import sys
 
-from slurmfabric._common.gids import walk
-
 FORMAT = "plancache-2"  # 2: a binding carries its cpulist text
 ENV = "SLURMFABRIC_PLAN_CACHE"
 _OFF = ("0", "off", "no", "false")
@@ -306,6 +304,8 @@ def _slots(gids: int) -> list[object]:
         names = os.listdir(gids)
     except OSError:
         return []
+    from slurmfabric._common.gids import walk  # RoCE ports only: IB nodes never load it
+
     return [value for _index, value in walk(names, lambda name: _read(name, gids))]
 
 
