@@ -87,10 +87,9 @@ def _ints(text: str, top: int, line: int, what: str) -> set[int]:
 
 
 def _prio(text: str, line: int, what: str) -> int:
-    (value,) = _ints(text, 7, line, what) or {-1}
-    if value < 0:
-        raise _Bad(line, f"{what} {text!r}: expected a priority 0-7")
-    return value
+    if not (text.isascii() and text.isdigit() and int(text) <= 7):
+        raise _Bad(line, f"{what} {text!r}: expected a number 0-7")
+    return int(text)
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -105,6 +104,8 @@ def _sonic(text: str, switch: str) -> list[SwitchPort]:
         return _sonic_pfc_priority(text, switch)
     try:
         db = json.loads(text)
+    except RecursionError:
+        raise _Bad(1, "JSON nested too deeply") from None
     except ValueError as exc:
         raise _Bad(getattr(exc, "lineno", 1), f"not valid JSON ({exc})") from None
     if not isinstance(db, dict) or not isinstance(db.get("PORT_QOS_MAP"), dict):
@@ -134,7 +135,7 @@ def _sonic(text: str, switch: str) -> list[SwitchPort]:
     ecn: dict[str, set[int]] = {}
     for key, entry in table("QUEUE").items():
         parts = key.split("|")  # PORT|Q, or HOST|ASIC|PORT|Q on a chassis
-        if len(parts) >= 2 and entry.get("wred_profile") in ecn_profiles:
+        if len(parts) >= 2 and str(entry.get("wred_profile")) in ecn_profiles:
             ecn.setdefault(parts[-2], set()).update(
                 _ints(parts[-1], 7, _line_of(text, f'"{key}"'), "QUEUE"))
     qos = table("PORT_QOS_MAP")
@@ -146,9 +147,12 @@ def _sonic(text: str, switch: str) -> list[SwitchPort]:
         line = _line_of(text, f'"{name}"')
         port = SwitchPort(switch, name, "sonic", trust_dscp=True)
         port.pfc = frozenset(_ints(str(entry.get("pfc_enable", "")), 7, line, "pfc_enable"))
+        for key in ("dscp_to_tc_map", "pfc_to_queue_map"):
+            if not isinstance(entry.get(key, ""), str):
+                raise _Bad(line, f"PORT_QOS_MAP {name} {key}: not a map name")
         map_name = entry.get("dscp_to_tc_map", default_map)
         if map_name:
-            port.dscp_to = int_map("DSCP_TO_TC_MAP", map_name, 63)
+            port.dscp_to = int_map("DSCP_TO_TC_MAP", str(map_name), 63)
         else:
             port.trust_dscp, port.trust = False, "no dscp_to_tc_map bound"
         if entry.get("pfc_to_queue_map"):

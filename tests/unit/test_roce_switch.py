@@ -122,7 +122,7 @@ def test_the_format_can_be_named_and_bad_input_names_the_file_and_line(tmp_path)
                 "switch-priority 9: enabled")
     with pytest.raises(UsageError) as error:
         switch.read(bad)
-    assert str(error.value) == f"{bad}:18: onyx: switch-priority '9': expected numbers 0-7"
+    assert str(error.value) == f"{bad}:18: onyx: switch-priority '9': expected a number 0-7"
     broken = saved(tmp_path, "broken.json", "sonic_config_db_qos_azure.json",
                    '"pfc_enable"      : "3,4",\n            "pfcwd_sw_enable" : "3,4",\n'
                    '            "tc_to_pg_map"    : "AZURE",\n            "pfc_to_queue_map":'
@@ -138,6 +138,24 @@ def test_the_format_can_be_named_and_bad_input_names_the_file_and_line(tmp_path)
     with pytest.raises(UsageError) as error:
         switch.read(str(other))
     assert str(error.value).startswith(f"{other}:1: not a switch output this reads")
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("deep.json", "[" * 100_000),
+    ("shape.json", '{"PORT_QOS_MAP": {"Ethernet0": {"pfc_enable": "3", "dscp_to_tc_map": []}},'
+                   ' "DSCP_TO_TC_MAP": {}}'),
+    ("queue.json", '{"PORT_QOS_MAP": {}, "QUEUE": {"Ethernet0|x": {"wred_profile": ["a"]}},'
+                   ' "WRED_PROFILE": {"a": {"ecn": "ecn_all"}}}'),
+    ("two.txt", "RoCE mode : lossless\nPFC : enabled\nswitch-priority 3,4: enabled\n"),
+    ("nv.txt", "nv show qos roce\npfc\n  pfc-priority      -3\n"),
+    ("eos.cfg", "interface Ethernet1\n   tx-queue 9\n"),
+])
+def test_hostile_switch_files_are_one_usage_error(tmp_path, name, text) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UsageError) as error:
+        switch.read(str(path))
+    assert str(error.value).startswith(f"{path}:") and "\n" not in str(error.value)
 
 
 def test_roce_audit_checks_switches_against_the_hosts_samples(tmp_path) -> None:
