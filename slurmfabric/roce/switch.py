@@ -19,7 +19,9 @@ One table row per format, each a parser of the text an operator saves from the s
 - ``eos``: Arista EOS ``show running-config`` (the QoS parts): ``qos map dscp ... to
   traffic-class N``, ``qos map traffic-class ... to tx-queue N``, per interface or ``qos
   profile`` (``service-profile``) ``priority-flow-control priority N no-drop``, ``qos trust``
-  and ``tx-queue N`` / ``uc-tx-queue N`` with ``random-detect ecn minimum-threshold ...``.
+  and ``tx-queue N`` / ``uc-tx-queue N`` with ``random-detect ecn minimum-threshold ...``;
+  and ``show priority-flow-control`` (``Global PFC``, per port ``E``/``D`` and the
+  priorities), whose status wins over the configured PFC when a file holds both.
 
 Switch traffic classes are taken as the PFC priorities of the same number (SONiC's
 tc_to_pg and pfc_to_queue maps, Cumulus switch priorities, EOS traffic classes all default
@@ -263,13 +265,29 @@ class _EosBlock:
     policy: str | None = None
 
 
+_EOS_PFC_ROW = re.compile(r"(Et(?:hernet)?)(\d\S*)\s+([ED]) [A-] [W-]\s*(.*)")
+
+
 def _eos(text: str, switch: str) -> list[SwitchPort]:
     dscp_to: dict[int, int] = {}
     tc_queue: dict[int, int] = {}
     blocks: dict[str, _EosBlock] = {}
-    block = queue = None
+    status: dict[str, frozenset[int]] = {}  # 'show priority-flow-control': port -> on
+    block = queue = legend = None
+    global_on = True
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
+        if m := re.fullmatch(r"Global PFC : (\S+)", line):
+            global_on = m.group(1) == "Enabled"
+        elif line.startswith("E: PFC Enabled, D: PFC Disabled"):
+            legend = True
+        elif legend and (m := _EOS_PFC_ROW.fullmatch(line)):
+            words = m.group(4).split()  # Priorities, then Action ... ('-' when none)
+            prios = words[0] if words and re.fullmatch(r"[\d,]+", words[0]) else ""
+            status[f"Ethernet{m.group(2)}"] = frozenset(
+                _ints(prios, 7, number, "Priorities") if m.group(3) == "E" and global_on
+                else ())
+            continue
         if len(raw) - len(raw.lstrip()) <= 3:
             queue = None  # a tx-queue's settings are indented under it
         if not raw.startswith(" "):
@@ -300,14 +318,17 @@ def _eos(text: str, switch: str) -> list[SwitchPort]:
         elif m := re.fullmatch(r"service-policy type qos input (\S+)", line):
             block.policy = m.group(1)
     ports = []
-    for name, own in blocks.items():
-        if not name.startswith("interface ") or own == _EosBlock():
-            continue
+    configured = {name.split()[1]: own for name, own in blocks.items()
+                  if name.startswith("interface ") and own != _EosBlock()}
+    for name in sorted(set(configured) | set(status), key=_port_order):
+        own = configured.get(name, _EosBlock())
         prof = blocks.get(f"qos profile {own.profile}", _EosBlock())
-        port = SwitchPort(switch, name.split()[1], "eos", dscp_to=dscp_to or None)
-        port.pfc = frozenset(own.pfc | prof.pfc)
-        port.ecn = frozenset(own.ecn | prof.ecn)
+        port = SwitchPort(switch, name, "eos", dscp_to=dscp_to or None)
+        port.pfc = status.get(name, frozenset(own.pfc | prof.pfc))  # the status wins
+        port.ecn = frozenset(own.ecn | prof.ecn) if name in configured else None
         port.queue_of = {p: tc_queue.get(p, p) for p in PRIORITIES}
+        if not dscp_to:
+            port.unseen.append("DSCP map: no 'qos map dscp' line (save the running-config)")
         port.trust = own.trust or prof.trust
         port.trust_dscp = None if port.trust is None else port.trust == "dscp"
         if own.policy or prof.policy:
@@ -315,8 +336,14 @@ def _eos(text: str, switch: str) -> list[SwitchPort]:
                                "may set the traffic class before the DSCP map (not evaluated)")
         ports.append(port)
     if not ports:
-        raise _Bad(1, "no interface with QoS settings: not an EOS running-config")
+        raise _Bad(1, "no interface with QoS settings and no 'show priority-flow-control' "
+                   "table: not an EOS output")
     return ports
+
+
+def _port_order(name: str) -> list:
+    """Ethernet2 before Ethernet10 (the switch's own order)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 # --- formats, reading, checking ---------------------------------------------------------------
@@ -325,7 +352,7 @@ FORMATS: dict[str, tuple[Callable[[str, str], list[SwitchPort]], str]] = {
     "sonic": (_sonic, r'^\s*\{|Lossless priorities'),
     "cumulus": (_cumulus, r"nv show .*qos roce|^\s*pfc-priority\s|RoCE PCP/DSCP->SP"),
     "onyx": (_onyx, r"^RoCE mode\s*:"),
-    "eos": (_eos, r"^qos map dscp |^interface Ethernet"),
+    "eos": (_eos, r"^qos map dscp |^interface Ethernet|^E: PFC Enabled, D: PFC Disabled"),
 }
 
 

@@ -38,42 +38,43 @@ def findings(spec: str, plan: Plan) -> list[str]:
     return [line for port in switch.read(spec) for line in switch.check(port, plan)[0]]
 
 
-# (fixture, saved as, plan it matches, the one edit, the finding that edit must give)
+# (fixture, saved as, host plan, the one edit old -> new, findings of the real output,
+# findings of the edited one): a wrong reader fails one side or the other.
 CASES = {
     "sonic": ("sonic_config_db_qos_azure.json", "sonic1.json", Plan(3, 3, "SONiC AZURE"),
-              '"dut-lc3|Asic0|Ethernet4|3"', '"dut-lc3|Asic0|Ethernet4|2"',
+              '"dut-lc3|Asic0|Ethernet4|3"', '"dut-lc3|Asic0|Ethernet4|2"', [],
               ["switch sonic1 Ethernet4: ECN off on the lossless queue 3"]),
+    "sonic-show": ("sonic_show_pfc_priority.txt", "sonic2.txt", Plan(4, 4, "test"),
+                   "Ethernet8    3,4", "Ethernet8    3  ", [],
+                   ["switch sonic2 Ethernet8: PFC on priority 3, host plan uses priority 4"]),
     "cumulus": ("cumulus_nv_show_interface_swp16_qos_roce_status.txt", "leaf1.txt", NVIDIA,
-                "  enabled-tc        0,3   ", "  enabled-tc        0     ",
+                "  enabled-tc        0,3   ", "  enabled-tc        0     ", [],
                 ["switch leaf1 swp16: ECN off on the lossless queue 3"]),
     "cumulus-global": ("cumulus_nv_show_qos_roce.txt", "leaf2.txt", NVIDIA,
                        "    3  3    24,25,26,27,28,29,30,31  3",
-                       "    3  3    24,25,27,28,29,30,31     3\n    0  0    26    0",
+                       "    3  3    24,25,27,28,29,30,31     3\n    0  0    26    0", [],
                        ["switch leaf2 (all ports): DSCP 26 maps to switch priority 0 on the "
                         "switch, host marks 26 for priority 3"]),
     "onyx": ("onyx_show_roce.txt", "spine1.txt", NVIDIA,
-             "switch-priority 3: enabled", "switch-priority 4: enabled",
+             "switch-priority 3: enabled", "switch-priority 4: enabled", [],
              ["switch spine1 (all ports): PFC on priority 4, host plan uses priority 3"]),
-    # The real EOS config has ECN on tx-queue 4 and DSCP 26 -> TC 4 but no PFC: the edit
-    # adds it, so here the real output gives the finding and the edited one none.
+    # The real EOS outputs lack PFC where the plan needs it: the edit adds it.
     "eos": ("arista_eos_running_config_qos.cfg", "leaf3.cfg", Plan(4, 26, "test"),
             "   qos dscp 46\n", "   qos dscp 46\n   priority-flow-control priority 4 no-drop\n",
-            []),
+            ["switch leaf3 Ethernet1: PFC on no priority, host plan uses priority 4"], []),
+    "eos-status": ("arista_eos_show_priority_flow_control.txt", "leaf4.txt", NVIDIA,
+                   "Et1        D - -               -", "Et1        E A -   3           -",
+                   ["switch leaf4 Ethernet1: PFC on no priority, host plan uses priority 3"],
+                   []),
 }
 
 
 @pytest.mark.parametrize("vendor", sorted(CASES))
-def test_each_vendor_matches_its_plan_and_one_edit_gives_one_finding(tmp_path, vendor):
-    fixture, name, plan, old, new, expected = CASES[vendor]
-    real = findings(saved(tmp_path, name, fixture), plan)
+def test_each_vendor_output_and_one_named_edit_give_exactly_their_findings(tmp_path, vendor):
+    fixture, name, plan, old, new, real, edited = CASES[vendor]
+    assert findings(saved(tmp_path, name, fixture), plan) == real
     (tmp_path / "edited").mkdir()
-    edited = findings(saved(tmp_path / "edited", name, fixture, old, new), plan)
-    if vendor == "eos":
-        assert real == ["switch leaf3 Ethernet1: PFC on no priority, host plan uses priority 4"]
-        assert edited == []
-    else:
-        assert real == []
-        assert edited == expected
+    assert findings(saved(tmp_path / "edited", name, fixture, old, new), plan) == edited
 
 
 def test_what_each_output_shows() -> None:
@@ -89,6 +90,12 @@ def test_what_each_output_shows() -> None:
     (eos,) = switch.read(str(FIXTURES / "arista_eos_running_config_qos.cfg"))
     assert (eos.port, eos.trust, sorted(eos.ecn), eos.dscp_to[26], eos.dscp_to[46]) == \
         ("Ethernet1", "dscp", [2, 4], 4, 5)
+    (et1,) = switch.read(str(FIXTURES / "arista_eos_show_priority_flow_control.txt"))
+    assert (et1.port, et1.pfc, et1.ecn, et1.dscp_to) == ("Ethernet1", frozenset(), None, None)
+    assert switch.check(et1, NVIDIA)[1] == [
+        "switch arista_eos_show_priority_flow_control Ethernet1: DSCP map: no 'qos map dscp' "
+        "line (save the running-config)",
+        "switch arista_eos_show_priority_flow_control Ethernet1: ECN: not in the output"]
     show = switch.read(str(FIXTURES / "sonic_show_pfc_priority.txt"))
     assert [(p.port, sorted(p.pfc), p.ecn) for p in show][:2] == [
         ("Ethernet0", [3, 4], None), ("Ethernet2", [3, 4], None)]
@@ -116,8 +123,8 @@ def test_the_format_can_be_named_and_bad_input_names_the_file_and_line(tmp_path)
     assert [p.fmt for p in switch.read(f"onyx:{onyx}")] == ["onyx"]
     with pytest.raises(UsageError) as error:
         switch.read(f"eos:{onyx}")
-    assert str(error.value) == (f"{onyx}:1: eos: no interface with QoS settings: not an EOS "
-                                "running-config")
+    assert str(error.value) == (f"{onyx}:1: eos: no interface with QoS settings and no 'show "
+                                "priority-flow-control' table: not an EOS output")
     bad = saved(tmp_path, "bad.txt", "onyx_show_roce.txt", "switch-priority 3: enabled",
                 "switch-priority 9: enabled")
     with pytest.raises(UsageError) as error:
@@ -196,4 +203,4 @@ def test_roce_audit_checks_switches_against_the_hosts_samples(tmp_path) -> None:
 def test_every_switch_fixture_is_cited() -> None:
     sources = (FIXTURES / "SOURCES.md").read_text()
     names = sorted(p.name for p in FIXTURES.iterdir() if p.name != "SOURCES.md")
-    assert len(names) == 6 and all(f"`{name}`" in sources for name in names)
+    assert len(names) == 7 and all(f"`{name}`" in sources for name in names)
