@@ -70,27 +70,33 @@ class Plan:
 
 
 class _Bad(Exception):
-    def __init__(self, line: int, message: str) -> None:
+    """Bad input at a line; ``line`` may be a function that finds it (JSON is searched
+    only when there is an error, so a large file stays one pass)."""
+
+    def __init__(self, line: int | Callable[[], int], message: str) -> None:
         super().__init__(message)
-        self.line, self.message = line, message
+        self.line, self.message = line() if callable(line) else line, message
 
 
-def _ints(text: str, top: int, line: int, what: str) -> set[int]:
+
+def _ints(text: str, top: int, line: int | Callable[[], int], what: str) -> set[int]:
     """``3,4`` / ``3 4`` / ``3-4`` / ``''`` -> {3, 4}; anything else is bad input."""
     out: set[int] = set()
     for item in re.split(r"[,\s]+", text.strip()):
         if not item:
             continue
         low, _, high = item.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()) or int(high or low) > top:
+        if not (item.isascii() and low.isdigit() and (not high or high.isdigit())) \
+                or int(high or low) > top:
             raise _Bad(line, f"{what} {text.strip()!r}: expected numbers 0-{top}")
         out.update(range(int(low), int(high or low) + 1))
     return out
 
 
-def _prio(text: str, line: int, what: str) -> int:
-    if not (text.isascii() and text.isdigit() and int(text) <= 7):
-        raise _Bad(line, f"{what} {text!r}: expected a number 0-7")
+def _prio(text: str, line: int | Callable[[], int], what: str, top: int = 7) -> int:
+    """One number 0..top (a priority, TC or queue; a DSCP with top 63)."""
+    if not (text.isascii() and text.isdigit() and int(text) <= top):
+        raise _Bad(line, f"{what} {text!r}: expected a number 0-{top}")
     return int(text)
 
 
@@ -113,24 +119,27 @@ def _sonic(text: str, switch: str) -> list[SwitchPort]:
     if not isinstance(db, dict) or not isinstance(db.get("PORT_QOS_MAP"), dict):
         raise _Bad(1, "CONFIG_DB JSON without a PORT_QOS_MAP table")
 
+    def at(needle: str) -> Callable[[], int]:
+        return lambda: _line_of(text, f'"{needle}"')
+
     def table(name: str) -> dict:
         value = db.get(name) or {}
         if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-            raise _Bad(_line_of(text, f'"{name}"'), f"{name} is not a table of objects")
+            raise _Bad(at(name), f"{name} is not a table of objects")
         return value
+
+    maps: dict[tuple[str, str], dict[int, int]] = {}
 
     def int_map(name: str, key: str, top: int) -> dict[int, int]:
         """A map table's entry: {"26": "3", ...} -> {26: 3}; keys 0..top, values 0..7."""
-        entries = table(name).get(key)
-        line = _line_of(text, f'"{key}"')
-        if entries is None:
-            raise _Bad(line, f"{name} {key!r} is not defined")
-        out = {}
-        for k, v in entries.items():
-            if not k.isdigit() or int(k) > top:
-                raise _Bad(_line_of(text, f'"{k}"'), f"{name} {key}: key {k!r} is not 0-{top}")
-            out[int(k)] = _prio(str(v), _line_of(text, f'"{k}"'), f"{name} {key}")
-        return out
+        if (name, key) not in maps:
+            entries = table(name).get(key)
+            if entries is None:
+                raise _Bad(at(key), f"{name} {key!r} is not defined")
+            maps[name, key] = {
+                _prio(k, at(k), f"{name} {key} key", top):
+                _prio(str(v), at(k), f"{name} {key}") for k, v in entries.items()}
+        return maps[name, key]
 
     ecn_profiles = {n for n, p in table("WRED_PROFILE").items()
                     if str(p.get("ecn", "ecn_none")) != "ecn_none"}
@@ -138,15 +147,14 @@ def _sonic(text: str, switch: str) -> list[SwitchPort]:
     for key, entry in table("QUEUE").items():
         parts = key.split("|")  # PORT|Q, or HOST|ASIC|PORT|Q on a chassis
         if len(parts) >= 2 and str(entry.get("wred_profile")) in ecn_profiles:
-            ecn.setdefault(parts[-2], set()).update(
-                _ints(parts[-1], 7, _line_of(text, f'"{key}"'), "QUEUE"))
+            ecn.setdefault(parts[-2], set()).update(_ints(parts[-1], 7, at(key), "QUEUE"))
     qos = table("PORT_QOS_MAP")
     default_map = qos.get("global", {}).get("dscp_to_tc_map")
     ports = []
     for name, entry in qos.items():
         if name == "global":
             continue
-        line = _line_of(text, f'"{name}"')
+        line = at(name)
         port = SwitchPort(switch, name, "sonic", trust_dscp=True)
         port.pfc = frozenset(_ints(str(entry.get("pfc_enable", "")), 7, line, "pfc_enable"))
         for key in ("dscp_to_tc_map", "pfc_to_queue_map"):
