@@ -136,8 +136,8 @@ def _switches(args: argparse.Namespace) -> int:
         raise UsageError("--switch needs the hosts' plan", hint="give --results DIR of a "
                          "finished audit, or --priority and --dscp")
     ports = [port for spec in args.switch for port in switch.read(spec)]
-    print(f"switch check: {len(ports)} ports against the host plan: priority "
-          f"{plan.priority}, DSCP {plan.dscp} ({plan.source})")
+    print(f"switch check: {len(ports)} port{'' if len(ports) == 1 else 's'} against the "
+          f"host plan: priority {plan.priority}, DSCP {plan.dscp} ({plan.source})")
     bad = False
     for port in ports:
         found, unseen = switch.check(port, plan)
