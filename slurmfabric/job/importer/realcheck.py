@@ -327,11 +327,18 @@ def _state(job_id: str, env: dict[str, str]) -> tuple[str, str]:
                          capture_output=True, text=True, timeout=30, check=False).stdout
     state = re.search(r"JobState=(\S+)", out)
     code = re.search(r"\bExitCode=(\S+)", out)
-    return (state.group(1) if state else "UNKNOWN"), (code.group(1) if code else "")
+    reason = re.search(r"\bReason=(\S+)", out)
+    name = state.group(1) if state else "UNKNOWN"
+    if name == "PENDING" and reason and reason.group(1) in _NEVER:
+        name = f"PENDING ({reason.group(1)})"
+    return name, (code.group(1) if code else "")
 
 
 _ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
           "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+# Pending reasons that waiting does not cure on the testbed, whose nodes and partitions do
+# not change (squeue(1), JOB REASON CODES): the job asks more than the partition has.
+_NEVER = ("PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints")
 
 
 def wait(runs: list[JobRun], env: dict[str, str], timeout: float) -> None:
@@ -341,7 +348,10 @@ def wait(runs: list[JobRun], env: dict[str, str], timeout: float) -> None:
     while pending:
         for run in list(pending):
             run.state, run.exit_code = _state(run.job_id, env)
-            if run.state in _ENDED or run.state == "UNKNOWN":
+            if run.state.startswith("PENDING ("):  # never starts here: not waited for
+                subprocess.run(["scancel", run.job_id], env=env, capture_output=True,
+                               timeout=30, check=False)
+            if run.state in _ENDED or run.state == "UNKNOWN" or run.state.startswith("PENDING ("):
                 pending.remove(run)
         if pending and time.monotonic() > deadline:
             for run in pending:
