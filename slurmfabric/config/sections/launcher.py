@@ -68,8 +68,9 @@ class PerNode(Section):
     """Another launcher that runs once per node and starts its own workers, in torchrun's
     place (``launcher.type = "torchrun"``): ``accelerate launch``, ``deepspeed`` (its
     ``--no_ssh`` mode) or a torchrun wrapper such as ``tune run``. slurmfabric starts one
-    per node and gives it the node count, the node rank, the rendezvous address and port and the worker counts as its own options
-    (job/render.py ``per_node_exec``); the node's NCCL plan is in its environment."""
+    per node and gives it the node count, the node rank, the rendezvous address and port
+    and the worker counts as its own options (job/render.py ``per_node_exec``); the node's
+    NCCL plan is in its environment."""
 
     kind: Optional[Literal["accelerate", "torchrun", "deepspeed"]] = None
     command: list[str] = Field(default_factory=list)  # default: PER_NODE_COMMANDS[kind]
