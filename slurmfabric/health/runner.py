@@ -25,6 +25,7 @@ from slurmfabric.health.checks import (
     nvlink,
     rdma,
     roce,
+    storage,
     versions,
     xid,
 )
@@ -71,7 +72,7 @@ def registry() -> list[CheckSpec]:
                         ("nvlink", nvlink.LINK_CHECKS), ("fabric", nvlink.FABRIC_CHECKS),
                         ("dcgm", dcgm.CHECKS),
                         ("gpu_clocks", clocks.CHECKS), ("versions", versions.CHECKS),
-                        (amd.FACT, amd.CHECKS)):
+                        (amd.FACT, amd.CHECKS), (storage.FACT, storage.CHECKS)):
         for name, (func, on_error, hooks) in table.items():
             specs.append(CheckSpec(name, fact, func, on_error, hooks))
     facts = {"node.memory": "meminfo", "node.disk": "disks", "node.leftovers": "leftovers"}
@@ -134,6 +135,7 @@ def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = Tr
             str(cfg.state_dir / "jobs"), ctx.node),
         "gpu_clocks": lambda t: clocks.collect(expect, t),
         amd.FACT: lambda t: amd.collect(expect, t),
+        storage.FACT: lambda t: storage.collect(expect, t),
         "versions": lambda t: versions.collect(ctx.node, expect, t, ctx.hook, ctx.job_nodelist,
                                                gpu.enabled(expect)),
         "leftovers": lambda t: node.collect_leftovers(
@@ -214,7 +216,7 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
              "gpu_clocks": has_gpus,
              "disks": bool(cfg.expect.get("disks")),
              "leftovers": bool(ctx.job_id),
-             amd.FACT: amd.enabled(cfg.expect)}
+             amd.FACT: amd.enabled(cfg.expect), storage.FACT: storage.enabled(cfg.expect)}
     specs = [s for s in specs if gates.get(s.fact, True) and _active(s, cfg, ctx)]
     needed = {s.fact for s in specs}
     if ctx.hook == "prolog" and gates["rdma"]:

@@ -33,6 +33,7 @@ from slurmfabric._common.textcheck import one_line as _one_line
 from slurmfabric._common.tomlfile import read_toml_file
 from slurmfabric.errors import ConfigError
 from slurmfabric.health.checks import amd as _amd
+from slurmfabric.health.checks import storage as _storage
 
 DEFAULT_PATH = "/etc/slurmfabric/health.toml"
 CONFIG_ENV = "SLURMFABRIC_HEALTH_CONFIG"
@@ -251,6 +252,7 @@ STRING_LISTS = {"rdma_devices", "leftover_ignore", "gpu_stress_argv", "nccl_lib_
 NODE_DEFAULTS.update(_amd.SITE_KEYS)
 RANGES.update(_amd.RANGES)
 INTEGER_KEYS |= _amd.INTEGER_KEYS
+NODE_DEFAULTS.update(_storage.SITE_KEYS)
 VERSION_PINS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
 NUMBER_MAPS = {"counter_delta_max", "counter_abs_max", "disks", "nvlink_delta_max",
                "nvlink_abs_max", "roce_delta_max"}
@@ -285,6 +287,8 @@ def _typed(value: Any, default: Any, key: str, where: str, problems: list[str]) 
 
     if value is None:
         return None
+    if key in _storage.SITE_KEYS:
+        return _storage.validate(value, bad)
     if key in RANGES:
         problem = _number_problem(value, key, key in INTEGER_KEYS)
         return bad(problem) if problem else value
