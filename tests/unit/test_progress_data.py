@@ -126,51 +126,20 @@ def test_a_loader_that_keeps_up_is_not_reported():
     assert feed(Watch(window=40), {0: 0.05, 1: 0.2, 2: 0.1, 3: 0.0}, seconds=120) == []
 
 
-TRAIN = r"""
-import os, sys, time
-import torch, torch.distributed as dist
-import slurmfabric.progress as progress
-
-class Slow(torch.utils.data.Dataset):
-    def __init__(self, delay): self.delay = delay
-    def __len__(self): return 10**6
-    def __getitem__(self, i):
-        time.sleep(self.delay)   # a slow data mount on this node
-        return torch.ones(4) * i
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-delay = float(os.environ["DATA_DELAY"])
-loader = torch.utils.data.DataLoader(Slow(delay), batch_size=1, num_workers=1)
-end = time.time() + float(os.environ["TRAIN_SECONDS"])
-for batch in loader:          # the user's loop: compute() and step() only
-    with progress.compute():
-        time.sleep(0.02)
-    dist.all_reduce(batch)
-    progress.step()
-    flag = torch.tensor([float(time.time() > end)])
-    dist.all_reduce(flag)
-    if flag.item() > 0:
-        break
-dist.destroy_process_group()
-"""
-
-
 def test_a_real_dataloader_slow_on_one_node_is_named_input_bound(tmp_path):
-    """Two gloo ranks on CPU, each a real DataLoader with one worker; rank 1's dataset
-    takes 0.08 s per item ("node" slow), rank 0's none. Rank 0 waits in the all_reduce, so
-    its compute is not slower and only the data share tells: ``jobs stragglers`` names
-    rank 1's node input-bound and not rank 0's."""
-    script = tmp_path / "train.py"
-    script.write_text(TRAIN)
+    """Two gloo ranks on CPU (examples/train_input.py), each a real DataLoader with one
+    worker; rank 1's dataset takes 0.08 s per item ("node" slow), rank 0's none. Rank 0
+    waits in the all_reduce, so its compute is not slower and only the data share tells:
+    ``jobs stragglers`` names rank 1's node input-bound and not rank 0's."""
+    script = ROOT / "examples" / "train_input.py"
     beats = tmp_path / "beats"
     env = {**os.environ, progress.ENV: str(beats), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(20000 + os.getpid() % 20000), "WORLD_SIZE": "2",
            "OMP_NUM_THREADS": "1", "TRAIN_SECONDS": "40"}
     ranks = [subprocess.Popen([sys.executable, str(script)], env={
-        **env, "RANK": str(r), "SLURMD_NODENAME": name, "DATA_DELAY": delay},
+        **env, "RANK": str(r), "SLURMD_NODENAME": name, "SLURM_NODEID": str(r)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for r, name, delay in ((0, "fast1", "0"), (1, "slow2", "0.08"))]
+        for r, name in ((0, "fast1"), (1, "slow2"))]
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
