@@ -50,9 +50,9 @@ def main() -> None:
         with progress.compute():
             time.sleep(compute)
         dist.all_reduce(batch)
-        progress.step()
         done = torch.tensor([float(time.time() > end)])
         dist.all_reduce(done)  # every rank stops at the same step
+        progress.step()  # last: what follows until compute() is the wait for data
         if done.item() > 0:
             break
     dist.destroy_process_group()

@@ -245,3 +245,17 @@ def test_bad_data_mounts_are_refused_at_load(tmp_path, mount: dict, says: str) -
                            str(cfg)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert says in proc.stderr
+
+
+def test_the_docs_block_is_a_valid_site_config(tmp_path) -> None:
+    """docs/health.md's data_mounts block, loaded as the site config of a node it matches."""
+    import readme_examples
+
+    path = tmp_path / "health.toml"
+    path.write_text(readme_examples.block_with("data_mounts = [", "docs/health.md", "toml"))
+    cfg = siteconfig.load("gpu007", str(path))
+    first, second = cfg.expect["data_mounts"]
+    assert (first["path"], first["read_mb"], first["min_mb_s"]) == ("/datasets", 64, 200)
+    assert second["max_seconds"] == 1 and cfg.runner["probe_timeout_s"] == 10
+    assert storage.enabled(cfg.expect) and not storage.enabled(siteconfig.load(
+        "cpu001", str(path)).expect)
