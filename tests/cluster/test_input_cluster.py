@@ -7,13 +7,12 @@ waits for it in the all_reduce."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
+from input_bound import assert_names_input_bound, wait_for_steps
 from testbed_cluster import Cluster
 
-from slurmfabric.progress.watch import read_beats
 from slurmfabric.slurm.hostlist import expand
 
 pytestmark = pytest.mark.cluster
@@ -33,13 +32,7 @@ def test_the_node_with_the_slow_dataset_is_named_input_bound(cluster: Cluster,
     job = cluster.run(args).stdout.strip()
     assert job.isdigit(), job
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            seen = read_beats(str(beats))
-            if len(seen) == 2 and min(b.step for b in seen.values()) >= 5:
-                break
-            time.sleep(1)
-        else:
+        if not wait_for_steps(beats, 2, 5, 90):
             out = next(tmp_path.glob("input-*.out"), None)
             pytest.fail(f"no 2 ranks at step 5 in 90 s: {out.read_text()[-2000:] if out else ''}")
         proc = cluster.run(["slurmfabric", "jobs", "stragglers", job, "--progress-dir",
@@ -50,12 +43,4 @@ def test_the_node_with_the_slow_dataset_is_named_input_bound(cluster: Cluster,
     finally:
         cluster.run(["slurmfabric", "jobs", "cancel", job], check=False)
     first, second = expand(status["nodes"])
-    report = json.loads(proc.stdout)
-    nodes = report["nodes"]
-    print("data share per node:", json.dumps(nodes, sort_keys=True))  # the figure (-s)
-    assert nodes[second]["input_bound"] and not nodes[first]["input_bound"], report
-    assert nodes[second]["data_share"] >= 0.5 and nodes[first]["data_share"] <= 0.15
-    inputs = [f for f in report["findings"] if f["kind"] == "input"]
-    assert len(inputs) == 1 and inputs[0]["detail"].startswith(
-        f"input-bound node(s) {second}: their ranks wait for their next batch")
-    assert [r["host"] for r in inputs[0]["ranks"]] == [second]
+    assert_names_input_bound(proc.stdout, second, first)
