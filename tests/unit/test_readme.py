@@ -176,6 +176,8 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_readme.py::test_the_health_configs_are_valid",
     ("docs/health.md", "data_mounts = ["):
         "tests/unit/test_health_storage.py::test_the_docs_block_is_a_valid_site_config",
+    ("docs/health.md", 'FAMILY = Family("clocks"'):
+        "tests/unit/test_health_family.py::test_the_docs_show_the_smallest_family_as_it_is",
     ("docs/roce.md", "roce_profile ="):
         "tests/unit/test_roce.py::test_the_readme_profile_is_a_valid_health_config",
     ("docs/launch.md", "[program.env_prepend]"):

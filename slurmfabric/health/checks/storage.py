@@ -1,8 +1,8 @@
 """Data mounts: how fast a read from each one is, against the site's threshold.
 
-The whole family is this file: its site key (``SITE_KEYS``: ``data_mounts``, validated by
-``validate``), its fact (``collect``), its check (``CHECKS``: ``storage.read``) and when it
-runs (``enabled``). Training GPUs starve when the data mount is slow; health checks that
+The whole family is this file (``FAMILY``): its site key (``data_mounts``, checked by
+``mounts_problem``), its fact (``collect``), its check (``CHECKS``: ``storage.read``) and
+when it runs (``enabled``). Training GPUs starve when the data mount is slow; health checks that
 see only that a mount exists pass such a node.
 
 Each mount is read by a child process (``READER``, standard library only) under the
@@ -40,15 +40,10 @@ from typing import Any
 
 from slurmfabric._common.probe import Deadline, run
 from slurmfabric._common.textcheck import one_line
+from slurmfabric.health.family import Fact, Family, Key
 from slurmfabric.health.model import ERROR, FAIL, OK, CheckResult, Metric
 
 FACT = "storage"
-# Site keys of this family (docs/health.md, "Data mounts"); siteconfig merges them.
-SITE_KEYS: dict[str, Any] = {
-    # [{path = "/datasets", file = "/datasets/.slurmfabric/probe-1g", read_mb = 64,
-    #   min_mb_s = 200, max_seconds = 2, timeout_s = 5}]
-    "data_mounts": [],
-}
 MOUNT_KEYS = {"path", "file", "read_mb", "min_mb_s", "max_seconds", "timeout_s"}
 READ_MB_DEFAULT = 64
 MB = 1_000_000  # throughput in MB/s, as storage vendors and fio state it
@@ -107,29 +102,30 @@ def enabled(expect: dict) -> bool:
     return bool(expect.get("data_mounts"))
 
 
-def validate(value: Any, bad: Any) -> Any:
-    """``data_mounts``: a list of tables, each an absolute ``path``, an absolute ``file``
-    under it, ``read_mb`` > 0 and at least one of ``min_mb_s``/``max_seconds``."""
+def mounts_problem(value: Any) -> str | None:
+    """Why ``data_mounts`` is wrong (None: it is right): a list of tables, each an
+    absolute ``path``, an absolute ``file`` under it, ``read_mb`` > 0 and at least one of
+    ``min_mb_s``/``max_seconds``."""
     example = ('data_mounts = [{ path = "/datasets", file = "/datasets/.probe/1g.bin", '
                "min_mb_s = 200 }]")
     if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
-        return bad(f"data_mounts should be a list of tables, e.g. {example}")
+        return f"data_mounts should be a list of tables, e.g. {example}"
     for i, mount in enumerate(value, 1):
         at = f"data_mounts #{i}"
         unknown = sorted(set(mount) - MOUNT_KEYS)
         if unknown:
-            return bad(f"{at}: unknown key {one_line(repr(unknown[0]))}; known keys: "
-                       f"{', '.join(sorted(MOUNT_KEYS))}")
+            return (f"{at}: unknown key {one_line(repr(unknown[0]))}; known keys: "
+                    f"{', '.join(sorted(MOUNT_KEYS))}")
         for key in ("path", "file"):
             text = mount.get(key)
             if not isinstance(text, str) or not text.startswith("/") or "\x00" in text \
                     or "\n" in text:
-                return bad(f"{at}: {key} = {one_line(repr(text))[:80]} should be an "
-                           f"absolute path, e.g. {example}")
+                return (f"{at}: {key} = {one_line(repr(text))[:80]} should be an absolute "
+                        f"path, e.g. {example}")
         root = mount["path"].rstrip("/") + "/"
         if not os.path.normpath(mount["file"]).startswith(root) or ".." in mount["file"]:
-            return bad(f"{at}: file {one_line(repr(mount['file']))[:80]} should lie under "
-                       f"path {one_line(repr(mount['path']))[:80]}")
+            return (f"{at}: file {one_line(repr(mount['file']))[:80]} should lie under "
+                    f"path {one_line(repr(mount['path']))[:80]}")
         for key, low, high in (("read_mb", 1, 65536), ("min_mb_s", 0.001, 10**7),
                                ("max_seconds", 0.001, 600), ("timeout_s", 0.1, 600)):
             number = mount.get(key)
@@ -137,12 +133,11 @@ def validate(value: Any, bad: Any) -> Any:
                 continue
             if isinstance(number, bool) or not isinstance(number, (int, float)) \
                     or not low <= number <= high:
-                return bad(f"{at}: {key} = {one_line(repr(number))[:40]} should be a number "
-                           f"in {low}..{high}")
+                return (f"{at}: {key} = {one_line(repr(number))[:40]} should be a number "
+                        f"in {low}..{high}")
         if mount.get("min_mb_s") is None and mount.get("max_seconds") is None:
-            return bad(f"{at}: set min_mb_s (MB/s) or max_seconds (for the read), e.g. "
-                       f"{example}")
-    return value
+            return f"{at}: set min_mb_s (MB/s) or max_seconds (for the read), e.g. {example}"
+    return None
 
 
 def read_mount(mount: dict, timeout: float) -> dict[str, Any]:
@@ -246,3 +241,9 @@ def check_read(facts: dict[str, dict[str, Any]], expect: dict, ctx) -> CheckResu
 CHECKS = {
     "storage.read": (check_read, "pass", ("prolog", "check", "periodic")),
 }
+
+# [{path = "/datasets", file = "/datasets/.slurmfabric/probe-4g.bin", read_mb = 64,
+#   min_mb_s = 200, max_seconds = 2, timeout_s = 5}]; docs/health.md, "Data mounts"
+FAMILY = Family("storage", keys={"data_mounts": Key([], check=mounts_problem)},
+                facts=(Fact(FACT, lambda run, t: collect(run.expect, t), CHECKS,
+                            gate=lambda run: enabled(run.expect)),))
