@@ -442,8 +442,7 @@ class Supervisor:
             record = slurmcmd.job(self.job.job_id, env=self.job.env)
             have = record.get("ExcNodeList", "")
             nodes = ",".join([*([have] if have and have != "(null)" else []), *self.exclude])
-            slurmcmd.run(["scontrol", "update", f"JobId={self.job.target}",
-                          f"ExcNodeList={nodes}"], env=self.job.env)
+            slurmcmd.update_job(self.job.target, env=self.job.env, ExcNodeList=nodes)
             _say(f"excluded {', '.join(self.exclude)} from the next start")
         except SlurmCommandError as error:
             _say(f"could not exclude {', '.join(self.exclude)}: {error}")

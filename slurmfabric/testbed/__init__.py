@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-from slurmfabric.errors import SlurmfabricError
+from slurmfabric.errors import SlurmCommandError, SlurmfabricError
 from slurmfabric.slurm import cmd as slurmcmd
 from slurmfabric.testbed import containers
 from slurmfabric.testbed.config import (
@@ -445,15 +445,13 @@ class Testbed:
             pids["slurmdbd"] = self._spawn(["slurmdbd", "-D"], "slurmdbd")
             self._write_pids(pids)
             wait_for(self._dbd_answers, 60, "slurmdbd")
-            proc = subprocess.run(["sacctmgr", "-i", "add", "cluster", s.cluster_name],
-                                  capture_output=True, text=True, env=self.env())
-            if proc.returncode != 0 and "already exists" not in proc.stdout + proc.stderr:
-                raise TestbedError(f"sacctmgr add cluster failed: {proc.stderr.strip()}")
+            try:
+                slurmcmd.add_cluster(s.cluster_name, env=self.env())
+            except SlurmCommandError as exc:
+                raise TestbedError(str(exc)) from None
 
     def _dbd_answers(self) -> bool:
-        proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
-                              capture_output=True, text=True, env=self.env(), timeout=20)
-        return proc.returncode == 0
+        return slurmcmd.accounting_answers(env=self.env())
 
     def _start_munged(self) -> int:
         d = self.s.state_dir / "munge"
