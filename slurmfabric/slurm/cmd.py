@@ -24,9 +24,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import datetime as dt
     from collections.abc import Callable
-    from typing import TypeVar
+    from typing import TypeVar, Union
 
     T = TypeVar("T")
+    PathArg = Union[str, os.PathLike[str], None]  # a command's working directory
 
 
 @dataclass(frozen=True)
@@ -106,23 +107,17 @@ def sbatch_command(args: list[str] | None = None) -> list[str]:
     return ["sbatch", "--parsable", *(args or [])]
 
 
-def sbatch(
-    script_text: str,
-    args: list[str] | None = None,
-    workdir: str | os.PathLike[str] | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 60,
-    script_args: list[str] | None = None,
-) -> JobId:
+def sbatch(script_text: str, args: list[str] | None = None, workdir: PathArg = None,
+           env: dict[str, str] | None = None, timeout: float = 60,
+           script_args: list[str] | None = None) -> JobId:
     """Submit a script text through ``sbatch --parsable`` and parse the id."""
     proc = _sbatch_run(sbatch_command(args), script_text, workdir, env, timeout, script_args)
     return parse_parsable_jobid(proc.stdout)
 
 
-def _sbatch_run(
-    command: list[str], script_text: str, workdir: str | os.PathLike[str] | None,
-    env: dict[str, str] | None, timeout: float, script_args: list[str] | None,
-) -> subprocess.CompletedProcess[str]:
+def _sbatch_run(command: list[str], script_text: str, workdir: PathArg,
+                env: dict[str, str] | None, timeout: float,
+                script_args: list[str] | None) -> subprocess.CompletedProcess[str]:
     """sbatch with the script on stdin; with ``script_args`` (the script's own "$@") the
     script goes as a file instead: sbatch takes arguments only after a script path
     (sbatch(1): ``sbatch [OPTIONS...] script [args...]``); Slurm keeps its own copy, so the
@@ -150,14 +145,9 @@ def sbatch_test_only_command(args: list[str] | None = None) -> list[str]:
     return ["sbatch", "--test-only", *(args or [])]
 
 
-def sbatch_test_only(
-    script_text: str,
-    args: list[str] | None = None,
-    workdir: str | os.PathLike[str] | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 60,
-    script_args: list[str] | None = None,
-) -> str:
+def sbatch_test_only(script_text: str, args: list[str] | None = None, workdir: PathArg = None,
+                     env: dict[str, str] | None = None, timeout: float = 60,
+                     script_args: list[str] | None = None) -> str:
     """Slurm's verdict on a script (``sbatch: Job N to start at ...``), which sbatch prints
     on stderr even on success; a refusal raises SubmitError quoting sbatch verbatim."""
     proc = _sbatch_run(sbatch_test_only_command(args), script_text, workdir, env, timeout,
