@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from slurmfabric._common import files
     from slurmfabric.errors import SlurmCommandError, UsageError
     from slurmfabric.health import history
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     if args.nodes and args.nodes.startswith("-"):
         raise UsageError(f"--nodes {args.nodes!r} is not a hostlist",
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--since {args.since:%Y-%m-%dT%H:%M:%S} is not in the past",
                          hint="give an earlier time, or --hours")
     try:
-        rows = slurmcmd.node_events(dt.datetime.fromtimestamp(start),
+        rows = cmd.node_events(dt.datetime.fromtimestamp(start),
                                     dt.datetime.fromtimestamp(now), args.nodes)
     except SlurmCommandError as exc:
         raise UsageError(f"sacctmgr list events failed: {exc}",

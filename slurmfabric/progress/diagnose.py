@@ -309,10 +309,10 @@ def parse_output(text: str) -> list[dict[str, object]]:
 def _node_count(job_id: str, env: dict[str, str] | None, cluster: str | None) -> int | None:
     """The job's NumNodes from scontrol; None when it cannot say (srun then decides)."""
     from slurmfabric.errors import SlurmfabricError
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     try:
-        record = slurmcmd.job(job_id, env=env, cluster=cluster)
+        record = cmd.job(job_id, env=env, cluster=cluster)
     except (SlurmfabricError, OSError):
         return None
     count = str(record.get("NumNodes", "")).split("-")[0]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from slurmfabric.errors import SlurmCommandError, SubmitError, UsageError
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 HINT = ("build pyslurm from the tag of this Slurm's release line (docs/launch.md, "
         "\"The pyslurm backend\"), or use --backend sbatch")
@@ -70,7 +70,7 @@ def load() -> Any:
     version = installed_version()
     if version is None:
         raise PyslurmError("pyslurm is not installed", hint=HINT)
-    check_version(version, slurmcmd.slurm_version())
+    check_version(version, cmd.slurm_version())
     try:
         import pyslurm  # noqa: PLC0415 - optional (GPL), imported on first use on purpose
     except Exception as exc:  # a missing libslurm.so.N fails in its own ways

@@ -134,7 +134,7 @@ CAUGHT = {
             return cmd
     """,
     "scontrol update": """
-        slurmcmd.run(["scontrol", "update", f"JobId={target}", f"ExcNodeList={nodes}"])
+        cmd.run(["scontrol", "update", f"JobId={target}", f"ExcNodeList={nodes}"])
     """,
     "srun overlap": """
         argv = ["srun", "--overlap", f"--jobid={job_id}", *counts, "--", python]
@@ -157,7 +157,7 @@ LET_THROUGH = """
         pass
     subprocess.run([binary, "--shell=bash"])
     words = [f"srun --job-name={name}", layout, "--kill-on-bad-exit=1"]
-    slurmcmd.update_job(target, ExcNodeList=nodes)
+    cmd.update_job(target, ExcNodeList=nodes)
 """
 
 
