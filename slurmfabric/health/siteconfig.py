@@ -102,18 +102,18 @@ NODE_DEFAULTS: dict[str, Any] = {
     "dcgm_levels": {},  # hook -> dcgmi diag level, e.g. {epilog_failed = 2, burnin = 3}
     "dcgm_timeout_s": {},  # "level" -> seconds before dcgmi is killed (dcgm.DEFAULT_TIMEOUT_S)
     "gpu_stress_argv": [],  # burn-in: this command instead of dcgmi; prints dcgmi -j JSON
-    # RoCE (health/roce.py): the declared lossless profile, e.g. {trust = "dscp",
+    # RoCE (health/checks/roce.py): the declared lossless profile, e.g. {trust = "dscp",
     # pfc_priorities = [3], ecn = true, roce_tos = 106, mtu = 4200}; only keys set are checked
     "roce_profile": {},
     "roce_delta_max": {},  # counter -> allowed increase during one job (roce/profile.py)
     "ethtool": "/usr/sbin/ethtool",
     "mlnx_qos": "/usr/bin/mlnx_qos",  # MLNX_OFED / mlnx-tools; "" to use dcb only
     "dcb": "/usr/sbin/dcb",  # iproute2
-    # gpu.clocks (health/clocks.py): power and clocks against the GPU's own limits
+    # gpu.clocks (health/checks/clocks.py): power and clocks against the GPU's own limits
     "power_limit_tolerance": 0.05,  # enforced power limit may sit this far below default
     "busy_util_pct": 80,  # a GPU this busy ...
     "sm_clock_min_ratio": 0.5,  # ... with its SM clock below this share of max, a limiter set
-    # node.versions / node.version_skew (health/versions.py)
+    # node.versions / node.version_skew (health/checks/versions.py)
     "versions": {},  # pins: {driver = "550.54.15", hca_fw = ["28.39.1002"], ...}
     "versions_dir": "",  # shared directory for every node's inventory; "": no drift check
     "version_skew_fail": False,  # true: a node unlike the job's majority fails, not warns

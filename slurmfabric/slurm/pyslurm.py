@@ -8,7 +8,7 @@ for another libslurm fails to load, or loads and sends structures of the wrong l
 
 What a release line's ``JobSubmitDescription`` cannot send the way sbatch does is refused
 (``unsupported``), never dropped: a job submitted through pyslurm must reach slurmctld as
-the sbatch job of the same config does (tests/cluster/test_pyslurm_parity.py compares
+the sbatch job of the same config does (tests/cluster/test_pyslurm_cluster.py compares
 ``scontrol show job`` field by field).
 """
 
