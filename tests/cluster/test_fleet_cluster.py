@@ -16,17 +16,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import bench_fleet  # the drills: benchmarks/ is on sys.path through tests/conftest.py
 import pytest
 
 from slurmfabric.slurm import cmd
 from slurmfabric.testbed import default_state_dir
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_fleet  # noqa: E402 - the drills, from the benchmarks directory just added
 
 pytestmark = pytest.mark.cluster
 RESULTS: list[bench_fleet.DrillResult] = []

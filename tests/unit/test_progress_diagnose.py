@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cleanenv import clean_env
+from flightdump import fr_dump
 
 from slurmfabric.progress import diagnose, flight
 from slurmfabric.progress.collect import pyspy_path
@@ -150,16 +151,6 @@ def test_a_killed_rank_is_gone_and_the_srun_step_is_one_overlap_step():
         (1, "n1", 77, "gone")]
     line = json.dumps(records[0])
     assert diagnose.parse_output(f"0: {line}\nnoise\n{line}") == [records[0], records[0]]
-
-
-def fr_dump(seq: int, state: str = "completed") -> dict:
-    """A dump in the shape torch/distributed/flight_recorder/components/loader.py reads."""
-    return {"version": "2.10", "pg_config": {}, "entries": [
-        {"record_id": i, "process_group": ("0", "default_pg"), "collective_seq_id": i,
-         "p2p_seq_id": 0, "profiling_name": "nccl:all_reduce", "state": state if i == seq
-         else "completed", "frames": [{"name": "train", "filename": "train.py", "line": 9}],
-         "input_sizes": [[4]], "output_sizes": [[4]], "is_p2p": False}
-        for i in range(1, seq + 1)]}
 
 
 def test_flight_recorder_dumps_name_the_rank_behind_and_refuse_code(tmp_path):
