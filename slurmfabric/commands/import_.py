@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from slurmfabric._common.inputfile import read_text
     from slurmfabric._common.tomlwrite import dumps
-    from slurmfabric.job.importer import import_script
+    from slurmfabric.job.importer import Refused, import_script
     from slurmfabric.job.importer.shellwords import ShellSyntaxError
 
     text = read_text(args.script, "script", 4 << 20)
@@ -79,6 +79,8 @@ def main(argv: list[str]) -> int:
         result = import_script(text)
     except ShellSyntaxError as exc:
         raise UsageError(f"{args.script}: {exc}", hint="check the script with bash -n") from None
+    except Refused as exc:
+        raise UsageError(f"{args.script}: {exc}") from None
     from slurmfabric.job.importer.verdict import settle
 
     verdict = settle(result, args.script)

@@ -35,9 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "runs on every node)")
     f.add_argument("--sample", type=number(0, 1, integer=True), default=0)
     a = sub.add_parser("audit", help="sample every node's RoCE ports twice in one Slurm "
-                       "step; then 'roce report'")
-    a.add_argument("--nodes", required=True, help="hostlist, e.g. gpu[001-064]")
-    a.add_argument("--results", required=True, help="absolute directory all nodes share")
+                       "step; then 'roce report'. With --switch: check the switches' saved "
+                       "outputs against the hosts' plan")
+    a.add_argument("--nodes", help="hostlist, e.g. gpu[001-064]")
+    a.add_argument("--results", help="absolute directory all nodes share (with --switch: "
+                   "the hosts' plan comes from the samples there)")
+    a.add_argument("--switch", action="append", default=[], metavar="[FORMAT:]FILE",
+                   help="a switch's saved output (FORMAT sonic|cumulus|onyx|eos, else "
+                   "detected; the switch is named after the file); repeatable")
+    a.add_argument("--priority", type=number(0, 7, integer=True),
+                   help="the hosts' PFC priority (with --switch; else from --results)")
+    a.add_argument("--dscp", type=number(0, 63, integer=True),
+                   help="the DSCP the hosts mark RoCE with (with --switch; ToS >> 2)")
     a.add_argument("--interval", type=number(1, 3600), default=10.0,
                    help="seconds between the two samples (counter growth; default 10)")
     a.add_argument("--partition")
@@ -107,6 +116,41 @@ def _facts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _switches(args: argparse.Namespace) -> int:
+    """--switch: every switch port against the hosts' plan; 1 when any finding."""
+    from slurmfabric.roce import switch
+
+    if (args.priority is None) != (args.dscp is None):
+        raise UsageError("--priority and --dscp go together", hint="give both, or neither "
+                         "and --results of a finished audit")
+    if args.priority is not None:
+        plan = switch.Plan(args.priority, args.dscp, "--priority/--dscp")
+    elif args.results:
+        from slurmfabric.roce import audit
+
+        plan = switch.plan_from_hosts(audit.load(Path(args.results)))
+        if plan is None:
+            raise UsageError(f"--results {args.results}: no host sample shows one PFC "
+                             "priority and a RoCE ToS", hint="give --priority and --dscp")
+    else:
+        raise UsageError("--switch needs the hosts' plan", hint="give --results DIR of a "
+                         "finished audit, or --priority and --dscp")
+    ports = [port for spec in args.switch for port in switch.read(spec)]
+    print(f"switch check: {len(ports)} port{'' if len(ports) == 1 else 's'} against the "
+          f"host plan: priority {plan.priority}, DSCP {plan.dscp} ({plan.source})")
+    bad = False
+    for port in ports:
+        found, unseen = switch.check(port, plan)
+        bad = bad or bool(found)
+        for line in found:
+            print(line)
+        for line in unseen:
+            print(f"not seen: {line}")
+    if not bad:
+        print("no switch port differs from the host plan")
+    return 1 if bad else 0
+
+
 def _audit(args: argparse.Namespace) -> int:
     from slurmfabric._common.executable import this_executable
     from slurmfabric.job import submit
@@ -114,6 +158,14 @@ def _audit(args: argparse.Namespace) -> int:
     from slurmfabric.slurm import steps
     from slurmfabric.slurm.hostlist import expand
 
+    if args.switch:
+        if args.nodes:
+            raise UsageError("--switch checks saved switch outputs; --nodes submits a job",
+                             hint="run them as two commands")
+        return _switches(args)
+    if not args.nodes or not args.results:
+        raise UsageError("roce audit needs --nodes and --results (or --switch FILE)",
+                         hint="e.g. --nodes 'gpu[001-064]' --results /shared/roce1")
     nodes = expand(args.nodes)
     results = Path(args.results)
     if not results.is_absolute():

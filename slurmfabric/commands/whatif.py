@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="store_true",
                    help="a table over node counts (1, 2, 4 ... --nodes) and fabrics")
     p.add_argument("--svg", metavar="FILE", help="with --sweep: write the step-time plot")
+    p.add_argument("--validate", action="store_true",
+                   help="the model against published multi-node training runs it was not "
+                   "fitted on (predicted beside published, the misses and the guide's TCP "
+                   "example); needs no job options")
     p.add_argument("--json", action="store_true")
     p.add_argument("--html", metavar="FILE", help="write the GPU Fabric Lab page (self-contained, "
                    "offline) with every fabric, scale, model, GPU and fault precomputed")
@@ -135,6 +139,19 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def validate(as_json: bool) -> int:
+    """Print the held-out step-level table (slurmfabric/whatif/steps.py decides it)."""
+    from slurmfabric.whatif import steps
+
+    rows = steps.evaluate()
+    tcp = steps.tcp_example()
+    if as_json:
+        print(json.dumps({"runs": rows, "tcp_example": tcp}, indent=2))
+    else:
+        print("\n".join(steps.text_lines(rows, tcp)))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.html:
@@ -145,8 +162,14 @@ def main(argv: list[str]) -> int:
         print(f"wrote {args.html}: open it in a browser (works offline)")
         if not (args.params or args.model):
             return 0
+    if args.validate:
+        if args.params or args.model:
+            raise UsageError("--validate runs the model on the published runs it holds; it "
+                             "takes no job", hint="slurmfabric whatif --validate [--json]")
+        return validate(args.json)
     if not (args.params or args.model):
-        raise UsageError("whatif needs --params or --model (or --html alone for the lab page)",
+        raise UsageError("whatif needs --params or --model (or --html alone for the lab page, "
+                         "or --validate)",
                          hint="e.g. slurmfabric whatif --model llama3-70b --nodes 16")
     if args.no_pfc and args.fabric != "roce":
         raise UsageError(f"--no-pfc prices a RoCE hop; --fabric is {args.fabric}",

@@ -166,7 +166,7 @@ def remembered(node: str, state_dir: str | os.PathLike[str] | None = None) -> di
     return files.read_json_or_none(_state_path(state_dir, node))
 
 
-BACKENDS = siteconfig.RUNNER_CHOICES["drain_backend"]  # one list: the config checks it
+BACKENDS = siteconfig.RUNNER_KEYS["drain_backend"].choices  # one list: the config checks it
 _DRAIN_FLAGS = {"DRAIN", "DRAINED", "DRAINING"}
 
 

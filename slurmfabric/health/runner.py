@@ -14,28 +14,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from slurmfabric._common.files import safe_name
 from slurmfabric._common.probe import ProbeError, run_command
-from slurmfabric.health.checks import (
-    amd,
-    clocks,
-    dcgm,
-    gpu,
-    node,
-    nvlink,
-    rdma,
-    roce,
-    versions,
-    xid,
-)
+from slurmfabric.health.families import FAMILIES
+from slurmfabric.health.family import Fact, Gathering
 from slurmfabric.health.model import ERROR, FAIL, WARN, CheckResult, Context, worst
 from slurmfabric.health.siteconfig import SiteConfig
 
-# Checks that judge events since the last run (a kernel message, a counter's growth during
-# a job, what a job left behind), not a state: passing the next time proves no repair, so a
-# drain by one of them is never resumed automatically (hooks._clear_stale).
-EVENT_CHECKS = frozenset({"gpu.xid", "rdma.counters", "node.leftovers", "gpu.nvlink_errors",
-                          "rdma.roce_counters", "rdma.link_flaps"})
+FACTS: tuple[Fact, ...] = tuple(fact for family in FAMILIES for fact in family.facts)
+# Checks that judge events since the last run, not a state (health/family.Fact.events).
+EVENT_CHECKS = frozenset(name for fact in FACTS for name in fact.events)
 
 
 @dataclass(frozen=True)
@@ -65,19 +52,8 @@ class RunResult:
 
 
 def registry() -> list[CheckSpec]:
-    specs = []
-    for fact, table in (("gpu", gpu.CHECKS), ("rdma", rdma.CHECKS), ("roce", roce.CHECKS),
-                        ("kmsg", xid.CHECKS),
-                        ("nvlink", nvlink.LINK_CHECKS), ("fabric", nvlink.FABRIC_CHECKS),
-                        ("dcgm", dcgm.CHECKS),
-                        ("gpu_clocks", clocks.CHECKS), ("versions", versions.CHECKS),
-                        (amd.FACT, amd.CHECKS)):
-        for name, (func, on_error, hooks) in table.items():
-            specs.append(CheckSpec(name, fact, func, on_error, hooks))
-    facts = {"node.memory": "meminfo", "node.disk": "disks", "node.leftovers": "leftovers"}
-    for name, (func, on_error, hooks) in node.CHECKS.items():
-        specs.append(CheckSpec(name, facts[name], func, on_error, hooks))
-    return specs
+    return [CheckSpec(name, fact.name, func, on_error, hooks)
+            for fact in FACTS for name, (func, on_error, hooks) in fact.checks.items()]
 
 
 def _site_command_spec(entry: dict[str, Any]) -> CheckSpec:
@@ -106,40 +82,10 @@ def _active(spec: CheckSpec, cfg: SiteConfig, ctx: Context) -> bool:
     return ctx.hook == "epilog" and ctx.deep and "epilog_failed" in hooks
 
 
-def _collectors(cfg: SiteConfig, ctx: Context, needed: set[str], apps: bool = True,
-                nvlink_counters: bool = False, switches: list[str] | None = None,
-                level: int = 0) -> dict[str, Callable]:
-    expect = cfg.expect
-    root = str(expect.get("sysfs_root") or "/")
-    smi = str(expect.get("nvidia_smi") or "/usr/bin/nvidia-smi")
+def _collectors(cfg: SiteConfig, run: Gathering, needed: set[str]) -> dict[str, Callable]:
     makers: dict[str, Callable[[float], Any]] = {
-        "gpu": lambda t: gpu.collect(expect, t, apps),
-        "nvlink": lambda t: nvlink.collect_links(smi, t, nvlink_counters),
-        "fabric": lambda t: nvlink.collect_fabric(smi, t, root, switches or []),
-        # A diagnostic level has its own deadline, not the per-probe one (run() widens the
-        # budget to it): level 2 takes minutes.
-        "dcgm": lambda t: dcgm.collect(
-            str(expect.get("dcgmi") or "/usr/bin/dcgmi"), level, dcgm.timeout_for(expect, level),
-            expect.get("gpu_stress_argv") if ctx.hook == "burnin" else None),
-        "rdma": lambda t: rdma.collect(  # link_downed history for rdma.link_flaps
-            root, str(cfg.state_dir / f"link-downed.{safe_name(ctx.node)}.json"),
-            float(expect.get("link_flap_window_h") or rdma.FLAP_WINDOW_H_DEFAULT) * 3600),
-        "roce": lambda t: roce.collect(expect, t),
-        "meminfo": lambda t: node.collect_meminfo(root),
-        "disks": lambda t: node.collect_disks(list(expect.get("disks") or {})),
-        # One cursor per node name: virtual nodes of one host keep apart.
-        "kmsg": lambda t: xid.collect(
-            str(expect.get("kmsg_source") or "/dev/kmsg"),
-            str(cfg.state_dir / f"kmsg-cursor.{safe_name(ctx.node)}"), root,
-            str(cfg.state_dir / "jobs"), ctx.node),
-        "gpu_clocks": lambda t: clocks.collect(expect, t),
-        amd.FACT: lambda t: amd.collect(expect, t),
-        "versions": lambda t: versions.collect(ctx.node, expect, t, ctx.hook, ctx.job_nodelist,
-                                               gpu.enabled(expect)),
-        "leftovers": lambda t: node.collect_leftovers(
-            ctx.job_id, list(expect.get("leftover_ignore") or []), ctx.node),
-    }
-    for entry in expect.get("commands") or []:
+        fact.name: (lambda t, fact=fact: fact.collect(run, t)) for fact in FACTS}
+    for entry in cfg.expect.get("commands") or []:
         argv = [str(a) for a in entry["argv"]]
         limit = float(entry.get("timeout_s", cfg.runner["probe_timeout_s"]))
         makers[f"cmd:{entry['name']}"] = (
@@ -203,33 +149,20 @@ def run(cfg: SiteConfig, ctx: Context) -> RunResult:
     """Gather what the active checks need and judge it; never raises for a broken node."""
     started, begin = time.time(), time.monotonic()
     specs = registry() + [_site_command_spec(e) for e in cfg.expect.get("commands") or []]
-    has_gpus = gpu.enabled(cfg.expect)
-    level = dcgm.level_for(cfg.expect, ctx.hook, ctx.deep)
-    switches = nvlink.fabric_switches(cfg.expect) if has_gpus else None
-    gates = {"gpu": has_gpus, "rdma": rdma.enabled(cfg.expect), "kmsg": has_gpus,
-             "roce": roce.enabled(cfg.expect),
-             "nvlink": has_gpus and nvlink.links_enabled(cfg.expect, switches),
-             "fabric": switches is not None,
-             "dcgm": has_gpus and level > 0,
-             "gpu_clocks": has_gpus,
-             "disks": bool(cfg.expect.get("disks")),
-             "leftovers": bool(ctx.job_id),
-             amd.FACT: amd.enabled(cfg.expect)}
-    specs = [s for s in specs if gates.get(s.fact, True) and _active(s, cfg, ctx)]
+    probe = Gathering(cfg, ctx)
+    gated = {fact.name for fact in FACTS if fact.gate(probe)}
+    known = {fact.name for fact in FACTS}
+    specs = [s for s in specs if (s.fact in gated or s.fact not in known)
+             and _active(s, cfg, ctx)]
+    gathering = Gathering(cfg, ctx, frozenset(s.name for s in specs), probe.memo)
     needed = {s.fact for s in specs}
-    if ctx.hook == "prolog" and gates["rdma"]:
-        needed.add("rdma")  # the epilog's counter deltas need this job's starting point
-    if ctx.hook == "prolog" and gates["roce"] and cfg.policy("rdma.roce_counters").enabled:
-        needed.add("roce")  # and for the RoCE loss counters
-    counters = any(s.name == "gpu.nvlink_errors" for s in specs)
-    if ctx.hook == "prolog" and gates["nvlink"] and cfg.policy("gpu.nvlink_errors").enabled:
-        needed.add("nvlink")  # the same for the NVLink error counters
-        counters = True
-    apps = any(s.name == "gpu.processes" for s in specs)
+    if ctx.hook == "prolog":  # the epilog's deltas start from the prolog's facts
+        needed |= {f.name for f in FACTS if f.name in gated and f.baseline(gathering)}
     budget = float(cfg.runner["budget_s"])
-    if "dcgm" in needed:  # PrologEpilogTimeout must cover it too (docs/health.md, DCGM)
-        budget = max(budget, dcgm.timeout_for(cfg.expect, level) + 5.0)
-    facts = gather(_collectors(cfg, ctx, needed, apps, counters, switches, level), budget,
+    for fact in FACTS:
+        if fact.name in needed and fact.budget is not None:
+            budget = max(budget, fact.budget(gathering))
+    facts = gather(_collectors(cfg, gathering, needed), budget,
                    float(cfg.runner["probe_timeout_s"]))
     results = [_judge(s, facts, cfg, ctx) for s in specs]
     return RunResult(ctx, results, facts, time.monotonic() - begin, started)

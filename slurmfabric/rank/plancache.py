@@ -88,10 +88,6 @@ ROCE_VLAN_ENV = "SLURMFABRIC_ROCE_VLAN"  # plan.ROCE_VLAN_ENV (a unit test keeps
 GPU_VISIBILITY = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES",
                   "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 _MAX_BYTES = 16 << 20
-# topology/rdma.py: the GID walk stops after this many empty slots in a row (test-checked)
-_GID_EMPTY_RUN = 16
-_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
-_EMPTY_GIDS = (None, b"", _ZERO_GID.encode())
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -291,7 +287,7 @@ def _list(path: str) -> list[str] | None:
 
 
 def _gids(port_dir: str) -> list[object]:
-    """The GID slots of a port as discovery walks them (topology/rdma.py read_gids): the
+    """The GID slots of a port as discovery walks them (the one walk, _common/gids.py): the
     same files, read relative to the open ``gids`` directory (a real port has 255 slots)."""
     try:
         gids = os.open(port_dir + "/gids", os.O_RDONLY | _DIRECTORY | _CLOEXEC)
@@ -308,18 +304,9 @@ def _slots(gids: int) -> list[object]:
         names = os.listdir(gids)
     except OSError:
         return []
-    out: list[object] = []
-    empty_run = 0
-    for index in sorted(int(n) for n in names if n.isdigit()):
-        value = _read(str(index), gids)
-        out.append(value)
-        if (value if value is None else value.strip()) in _EMPTY_GIDS:
-            empty_run += 1
-            if empty_run >= _GID_EMPTY_RUN:
-                break
-        else:
-            empty_run = 0
-    return out
+    from slurmfabric._common.gids import walk  # RoCE ports only: IB nodes never load it
+
+    return [value for _index, value in walk(names, lambda name: _read(name, gids))]
 
 
 def _port(port_dir: str) -> tuple[bytes | None, ...]:

@@ -160,3 +160,15 @@ def _release(path: str, port: int, job_id: str) -> None:
                 os.unlink(name)
     except (OSError, IndexError):
         pass
+
+
+def port_is_free(port: int) -> bool:
+    """True if nothing listens on (any address, port) on this host."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True

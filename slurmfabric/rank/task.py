@@ -58,7 +58,7 @@ def _checked_job_port(rank_env: rankenv.RankEnv, opts: dict[str, object],
     from slurmfabric.rank import ports
 
     port, notes = ports.choose(start, rank_env.port_range, rank_env.job_id,
-                               rankenv.port_is_free)
+                               ports.port_is_free)
     return rank_env.replace(master_port=port, notes=(*rank_env.notes, *notes))
 
 
@@ -67,7 +67,9 @@ def check_port(rank_env: rankenv.RankEnv, environ: dict[str, str]) -> None:
     here = environ.get("SLURMD_NODENAME")
     if here and here != rank_env.master_host:
         return
-    if not rankenv.port_is_free(rank_env.master_port):
+    from slurmfabric.rank.ports import port_is_free
+
+    if not port_is_free(rank_env.master_port):
         from slurmfabric.errors import RankEnvError
 
         raise RankEnvError(

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
+from slurmfabric._common import gids
 from slurmfabric.topology import pci
 from slurmfabric.topology._io import Reader
 from slurmfabric.topology.model import Gid, RdmaDevice, RdmaPort
 
 CLASS = "/sys/class/infiniband"
-_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
-# GID tables hold 128-256 slots and are read one file each; populated slots come first
-# (from 0 on a host, from 4 or 6 inside a pod: NVIDIA/nccl #1573), so stop after this many
-# empty slots in a row instead of reading all of them on every rank.
-_GID_EMPTY_RUN = 16
 
 
 def _after_colon(text: str | None) -> str:
@@ -43,30 +39,16 @@ def _digits(text: str, start: int) -> int:
 
 
 def read_gids(reader: Reader, port_dir: str) -> tuple[Gid, ...]:
-    names = reader.listdir(f"{port_dir}/gids")
-    indices = sorted(int(n) for n in names if n.isdigit())
-    gids: list[Gid] = []
-    empty_run = 0
-    for index in indices:
-        # A GID outside the container's network namespace, or one with no netdev, fails
-        # with EINVAL (drivers/infiniband/core/sysfs.c, show_port_gid_attr_ndev): read as None
-        # and move on.
-        value = reader.text(f"{port_dir}/gids/{index}")
-        if not value or value == _ZERO_GID:
-            empty_run += 1
-            if empty_run >= _GID_EMPTY_RUN:
-                break
-            continue
-        empty_run = 0
-        gids.append(
-            Gid(
-                index=index,
-                gid=value.lower(),
-                type=reader.text(f"{port_dir}/gid_attrs/types/{index}"),
-                ndev=reader.text(f"{port_dir}/gid_attrs/ndevs/{index}"),
-            )
-        )
-    return tuple(gids)
+    """The port's populated GID slots, walked as the plan cache's check walks them
+    (_common/gids.py). A slot outside the container's network namespace, or with no
+    netdev, reads as None (EINVAL) and is passed over."""
+    slots = gids.walk(reader.listdir(f"{port_dir}/gids"),
+                      lambda index: reader.text(f"{port_dir}/gids/{index}"))
+    return tuple(
+        Gid(index=index, gid=value.lower(),
+            type=reader.text(f"{port_dir}/gid_attrs/types/{index}"),
+            ndev=reader.text(f"{port_dir}/gid_attrs/ndevs/{index}"))
+        for index, value in slots if value and value != gids.ZERO_GID)
 
 
 def read_counters(reader: Reader, port_dir: str) -> dict[str, int | None]:

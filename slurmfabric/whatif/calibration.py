@@ -1,6 +1,6 @@
 """The whatif model against published figures, fitted apart from held out.
 
-Each point (tests/fixtures/whatif/calibration.json) names the job, the collective and its
+Each point (``calibration.json`` beside this module) names the job, the collective and its
 size, the published figure and whether a constant was fitted on it. This module only
 evaluates: the error table in docs/whatif.md is ``markdown(evaluate(points))``, and a test
 regenerates it, so the table cannot drift from the model.
@@ -8,10 +8,20 @@ regenerates it, so the table cannot drift from the model.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from slurmfabric.whatif import collectives
 from slurmfabric.whatif import model as whatif
 
 SETS = ("fitted", "held-out", "compute-only")
+DATA = Path(__file__).with_name("calibration.json")
+
+
+def points() -> list[dict]:
+    """The published busbw and throughput points (shipped with the package: the Lab and
+    ``whatif --validate`` show them)."""
+    return json.loads(DATA.read_text())["points"]
 
 
 def job_of(spec: dict) -> whatif.Job:

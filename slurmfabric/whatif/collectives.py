@@ -18,7 +18,7 @@ collapses; large messages reach the algorithm's bandwidth:
   (n-1)/n, the ring's figure.
 
 Two constants set the latency: ``LAT_BASE_US`` is fitted (the held-out figures are in
-tests/fixtures/whatif/calibration.json), ``NET_HOP_US`` is NCCL's own.
+slurmfabric/whatif/calibration.json), ``NET_HOP_US`` is NCCL's own.
 """
 
 from __future__ import annotations

@@ -129,6 +129,23 @@ def finders() -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def held_out() -> dict:
+    """The published figures the model was not fitted on, model beside published: the
+    nccl-tests busbw points (calibration.py) and the training runs (steps.py), and the
+    guide's TCP example, for the page's last section."""
+    from slurmfabric.whatif import calibration, steps
+
+    busbw = [{"id": r["id"], "what": r["what"], "published": r["published"],
+              "model": _sig(r["model"]), "error": _sig(r["error"]),
+              "tolerance": r["tolerance"]}
+             for r in calibration.evaluate(calibration.points()) if r["set"] == "held-out"]
+    rows = steps.evaluate()
+    runs = [{"id": r["id"], "run": r["family"], "gpus": r["gpus"], "published": r["published"],
+             "model": _sig(r["model"]), "error": _sig(r["error"]), "verdict": steps.label(r),
+             "why": r.get("why", "")} for r in rows]
+    return {"busbw": busbw, "steps": runs, "tcp": steps.tcp_text(steps.tcp_example())}
+
+
 def page_data() -> dict:
     data = grid()
     data.update({
@@ -140,7 +157,7 @@ def page_data() -> dict:
         "rails": {f"{fabric}|{gpu}": list(rails(fabric, gpu))
                   for fabric in FABRIC_NAMES for gpu in GPUS},
         "finders": finders(), "default": DEFAULT, "overlaps": list(OVERLAPS),
-        "too_big": too_big(),
+        "too_big": too_big(), "held_out": held_out(),
         "flags": {"cable": f"--halve-cable {CABLE_NODE}",
                   "gpu": "--slow-gpu " + ":".join(map(str, SLOW_GPU)),
                   "gdr": "--no-gdr", "pfc": f"--no-pfc {PFC_NODE}"},

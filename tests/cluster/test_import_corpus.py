@@ -4,9 +4,8 @@ loader, ``render`` and the check on real Slurm, on a testbed of its own.
 Each script is a test: its result (tests/corpus/run_corpus.py) must be the one the table in
 docs/import.md states (so the table cannot go stale), and it must be honest: ``import``
 exits 0 only when the config loads, renders and runs the same job on Slurm; 1 with what is
-left to fix; 2 refused. Scripts today's importer does not bring through honestly are
-xfailed with their documented result as the reason (strict: a fix shows as XPASS, and the
-table row then needs ``python tests/corpus/run_corpus.py --update``).
+left to fix; 2 refused. A changed result fails until the table row is regenerated
+(``python tests/corpus/run_corpus.py --update``).
 
 The testbed is its own (module scope), so that its nodes can declare the CPUs real GPU nodes
 have (8 tasks of 12 CPUs per node) without touching the session testbed:
@@ -94,20 +93,17 @@ def test_the_corpus_is_at_least_40_cited_scripts_none_a_fixture() -> None:
 
 
 @pytest.mark.parametrize("name", run_corpus.names())
-def test_corpus_script_result_is_documented_and_honest(name: str, rows, request) -> None:
+def test_corpus_script_result_is_documented_and_honest(name: str, rows) -> None:
     row = rows[name]
     line = run_corpus.table([row]).splitlines()[-1]
     assert line == DOCUMENTED.get(name), (
         f"{name}: the result changed; run python tests/corpus/run_corpus.py --update\n"
         f"now:        {line}\ndocumented: {DOCUMENTED.get(name)}")
-    if not row.honest:
-        request.applymarker(pytest.mark.xfail(
-            reason=f"today's importer (issue 47 parts 1 and 3): {row.result}", strict=True))
     assert row.honest, row.result
 
 
 def test_corpus_checks_stay_within_the_ci_budget(rows) -> None:
-    """43 check pairs on a 2-core machine: a few minutes, not the CI hour."""
+    """45 check pairs on a 2-core machine: a few minutes (205 s measured), not the CI hour."""
     assert _TIME["wall_s"] < 600, f"the corpus took {_TIME['wall_s']:.0f} s"
 
 

@@ -177,7 +177,7 @@ KINDS = (("request: ", "request"), ("runs in the ", "steps or commands"),
          ("tasks per node", "task layout"), (": argv ", "argv"),
          ("working directory", "working directory"), (": env ", "environment"),
          ("errors printed", "errors printed"), ("job exit", "exit code"),
-         ("submit: ", "sbatch refused it"))
+         ("submit: ", "sbatch refused it"), ("container request", "container request"))
 
 
 def kinds(differences: list[str]) -> list[str]:

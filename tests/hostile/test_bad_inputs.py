@@ -80,6 +80,8 @@ COMMANDS = [
     ["submit", "--dry-run", "-c", "{IN}"],
     ["health", "check", "--config", "{IN}"],
     ["roce", "report", "{DIR_WITH_SAMPLE}"],
+    ["roce", "audit", "--switch", "{IN}", "--priority", "3", "--dscp", "26"],
+    ["roce", "audit", "--switch", "sonic:{IN}", "--priority", "3", "--dscp", "26"],
     ["site", "cli-filter", "--config", "{IN}"],
     ["site", "install", "{TMP}/hooks", "--config", "{IN}"],
 ]

@@ -110,7 +110,7 @@ def _amd(text: str) -> None:
 
     facts = amd.AmdFacts("amd-smi", amd.parse_metric(text), amd.parse_link_table(text), 8)
     for func, _, _ in amd.CHECKS.values():
-        func(facts, dict(amd.SITE_KEYS), None)
+        func(facts, dict(amd.FAMILY.defaults()), None)
 
 
 def _inventory(peers: dict | None = None, **versions: object) -> versions_check.Inventory:

@@ -579,7 +579,7 @@ def test_amd_smi_reports(name: str, tmp_path: Path) -> None:
         dev = tmp_path / f"root/sys/bus/pci/drivers/amdgpu/0000:{k + 1:02x}:00.0"
         dev.mkdir(parents=True)
         (dev / "class").write_text("0x120000\n")
-    expect = {**amd.SITE_KEYS, "amd_smi": str(bin_dir / "amd-smi"),
+    expect = {**amd.FAMILY.defaults(), "amd_smi": str(bin_dir / "amd-smi"),
               "sysfs_root": str(tmp_path / "root")}
     facts = amd.collect(expect, 10)
     for check, verdict in AMD[name].items():

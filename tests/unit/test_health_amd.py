@@ -61,7 +61,7 @@ def scenario(tmp: Path, metric: str | None = None, topology: str | None = None,
 
 def judge(expect: dict) -> dict[str, object]:
     facts = amd.collect(expect, 10)
-    return {name: func(facts, {**amd.SITE_KEYS, **expect}, None)
+    return {name: func(facts, {**amd.FAMILY.defaults(), **expect}, None)
             for name, (func, _, _) in amd.CHECKS.items()}
 
 

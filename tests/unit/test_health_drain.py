@@ -292,7 +292,7 @@ def test_bad_drain_backend_in_the_config_names_the_choices(tmp_path) -> None:
         siteconfig.load("n1", str(path))
     assert "drain_backend = 'rest'; use one of 'scontrol', 'pyslurm'" in str(info.value)
     path.write_text("[runner]\ndrain_backend = 1\n")
-    with pytest.raises(ConfigError, match="drain_backend = 1 should be a str"):
+    with pytest.raises(ConfigError, match="drain_backend = 1; use one of 'scontrol', 'pyslurm'"):
         siteconfig.load("n1", str(path))
 
 

@@ -305,3 +305,24 @@ def test_shifter_and_cscs_environment_requests_are_named(option: str) -> None:
     result = _imp("srun python t.py\n", HEAD + f"#SBATCH {option}\n")
     assert any(line == 5 for line, _ in _unmapped(result))
     assert option in result.config["job"]["extra_sbatch"]
+
+
+@pytest.mark.parametrize("script, line", [
+    # components split by '#SBATCH hetjob' (NeMo-Aligner's RLHF job, tests/corpus)
+    (HEAD + "#SBATCH hetjob\n#SBATCH --nodes=1\nsrun --het-group=1 python serve.py\n", 5),
+    # 'packjob' before Slurm 20.02; the steps placed by --pack-group
+    (HEAD + "#SBATCH packjob\n#SBATCH -N 1\nsrun python train.py\n", 5),
+    # a plain header whose step names a component
+    (HEAD + "export A=1\nsrun --ntasks=1 --het-group=0 python serve.py &\nwait\n", 6),
+])
+def test_a_heterogeneous_job_is_refused_by_its_line(tmp_path: Path, capsys, script: str,
+                                                     line: int) -> None:
+    """A config describes one allocation: a het job is refused (exit 2), one line naming
+    the line that makes it one; no config written."""
+    path = tmp_path / "het.sbatch"
+    path.write_text(script, encoding="utf-8")
+    out = tmp_path / "het.toml"
+    assert cli_main(["import", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"het.sbatch: line {line}: a heterogeneous job" in err[0]
+    assert "Traceback" not in err[0] and not out.exists()

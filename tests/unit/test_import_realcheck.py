@@ -104,3 +104,106 @@ def test_compare_of_the_same_run_on_other_nodes_finds_nothing() -> None:
     report = CheckReport()
     compare(orig, new, _norms(orig, new), report)
     assert report.differences == []
+
+
+# --- containers (containers.sh): the request recorded, the command run here -------------
+
+_CONTAINERS = Path(__file__).resolve().parents[2] / "slurmfabric/job/importer/containers.sh"
+
+
+def _shell(tmp_path: Path, body: str, env: dict[str, str]) -> tuple[str, list[list[str]]]:
+    """Run ``body`` after sourcing containers.sh; its stdout and the requests recorded."""
+    import subprocess
+
+    rec = tmp_path / "rec"
+    script = f". {_CONTAINERS}\n{body}\n"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "SF_REC_DIR": str(rec), **env},
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    requests = sorted(Path(f"{rec}.container").iterdir()) if Path(
+        f"{rec}.container").exists() else []
+    return done.stdout, [p.read_bytes().decode().split("\0")[:-1] for p in requests]
+
+
+def test_srun_runs_without_the_container_request_which_is_recorded(tmp_path: Path) -> None:
+    """pyxis's options (args.c spank_opts) in both spellings, a flag, its environment
+    variable and Slurm's own --container leave srun's argv; the program's own words stay
+    (its --container-image is an argument, not srun's)."""
+    fake = tmp_path / "srun"
+    fake.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    fake.chmod(0o755)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    out, requests = _shell(tmp_path, f'PYXIS_CONTAINER_WORKDIR=/w sf_srun {fake} {bindir} '
+                           '-l --container-image nvcr.io#nvidia/pytorch:24.01 '
+                           '--container-mounts=/fsx:/fsx --no-container-remap-root --mpi=pmix '
+                           '--container=/oci/b echo --container-image=x', {})
+    assert out.split("\n")[:-1] == ["-l", "--mpi=pmix", "echo", "--container-image=x"]
+    assert requests == [["srun", "--container-image=nvcr.io#nvidia/pytorch:24.01",
+                         "--container-mounts=/fsx:/fsx", "--no-container-remap-root",
+                         "--container=/oci/b", "PYXIS_CONTAINER_WORKDIR=/w"]]
+
+
+def test_srun_gives_a_program_the_host_lacks_a_stand_in_of_its_name(tmp_path: Path) -> None:
+    """The image's /opt/nccl-tests/build/all_reduce_perf (known name) and /fsx/wrap (after
+    '--' of slurmfabric launch) run as stand-ins; an option's value is left alone."""
+    fake = tmp_path / "srun"
+    fake.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    fake.chmod(0o755)
+    (tmp_path / "standin").write_text("#!/bin/sh\n")
+    (tmp_path / "standin").chmod(0o755)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "all_reduce_perf").symlink_to(tmp_path / "standin")
+    out, _ = _shell(tmp_path, f"sf_srun {fake} {bindir} -o /nope/out.log "
+                    "/opt/nccl-tests/build/all_reduce_perf -b 8", {})
+    assert out.split("\n")[:-1] == ["-o", "/nope/out.log", f"{bindir}/all_reduce_perf",
+                                    "-b", "8"]
+    out, _ = _shell(tmp_path, f"sf_srun {fake} {bindir} --mpi=pmix echo launch -- /fsx/wrap a",
+                    {})
+    assert out.split("\n")[:-1] == ["--mpi=pmix", "echo", "launch", "--",
+                                    f"{bindir}.image/wrap", "a"]
+
+
+def test_apptainer_shifter_enroot_record_the_request_and_run_the_command(
+        tmp_path: Path) -> None:
+    out, requests = _shell(tmp_path, "(sf_unwrap singularity exec --nv -B /scratch:/s "
+                           "--env=A=1 /img/x.sif echo in-image)\n"
+                           "(sf_unwrap shifter --image=docker:nersc/pytorch:24 --module=gpu "
+                           "echo shifted)\n(sf_unwrap enroot start -m /d:/d pyt echo started)\n"
+                           "(sf_unwrap apptainer run /img/x.sif) || echo not-unwrapped", {})
+    assert out.split("\n")[:-1] == ["in-image", "shifted", "started", "not-unwrapped"]
+    assert requests == [["singularity", "--nv", "-B=/scratch:/s", "--env=A=1", "/img/x.sif"],
+                        ["shifter", "--image=docker:nersc/pytorch:24", "--module=gpu"],
+                        ["enroot", "-m=/d:/d", "pyt"]]
+
+
+def test_container_requests_compare_as_text_without_what_slurmfabric_adds(
+        tmp_path: Path) -> None:
+    from slurmfabric.job.zipapp import CONTAINER_PATH
+
+    orig, new = JobRun(job_id="11"), JobRun(job_id="12")
+    orig.containers = [["srun", "--container-image=/a.sqsh", "--container-mounts=/fsx:/fsx"]]
+    new.containers = [["srun", "--container-image=/a.sqsh", "--container-name=sf-12",
+                       f"--container-mounts=/c/sf.pyz:{CONTAINER_PATH}:ro,/fsx:/fsx",
+                       "--container-env=NCCL_DEBUG"]]
+    norms = (_Norm(orig, tmp_path / "o", []), _Norm(new, tmp_path / "n", []))
+    report = CheckReport()
+    compare(orig, new, norms, report)
+    assert report.differences == []
+    assert any("--container-env=NCCL_DEBUG" in a for a in report.added)
+    new.containers = [["srun", "--container-image=/b.sqsh", "--container-mounts=/fsx:/fsx"]]
+    report = CheckReport()
+    compare(orig, new, norms, report)
+    assert report.differences == [
+        "container request: srun --container-image=/a.sqsh --container-mounts=/fsx:/fsx "
+        "becomes srun --container-image=/b.sqsh --container-mounts=/fsx:/fsx"]
+
+
+def test_neutralise_drops_every_container_option_of_the_header() -> None:
+    script = ("#!/bin/bash\n#SBATCH --container-image=x --container-writable -N 2\n"
+              "#SBATCH --container /oci/b\n#SBATCH --no-container-mount-home\n"
+              "#SBATCH --image=docker:a --volume=/a:/b\n#SBATCH --environment=edf\n")
+    out = neutralise(script, 4).split("\n")
+    assert out[1:6] == ["#SBATCH --nodes=2", "#", "#", "#", "#"]

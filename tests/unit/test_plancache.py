@@ -17,6 +17,7 @@ import pytest
 import real_nodes
 from cleanenv import clean_env
 
+from slurmfabric._common import gids
 from slurmfabric._common.sysfs import format_cpulist
 from slurmfabric.rank import plancache
 from slurmfabric.rank import task as taskenv
@@ -365,10 +366,7 @@ def test_a_cache_that_cannot_be_written_still_gives_the_plan(ib) -> None:
 
 def test_the_copied_constants_match_their_owners() -> None:
     from slurmfabric import plan
-    from slurmfabric.topology import rdma
 
-    assert plancache._GID_EMPTY_RUN == rdma._GID_EMPTY_RUN
-    assert plancache._ZERO_GID == rdma._ZERO_GID
     assert plancache.ROCE_VLAN_ENV == plan.ROCE_VLAN_ENV
     read = {c for const in plan.visible_gpus_from_env.__code__.co_consts
             if isinstance(const, tuple) for c in const
@@ -383,9 +381,40 @@ def test_the_fingerprint_reads_every_gid_slot_discovery_reads(tmp_path: Path) ->
     ports = sorted((root / "sys" / "class" / "infiniband").glob("*/ports/*/gids"))
     assert ports
     slot = next(p / n for p in ports for n in sorted(os.listdir(p), key=int)
-                if (p / n).read_text().strip() not in ("", plancache._ZERO_GID))
+                if (p / n).read_text().strip() not in ("", gids.ZERO_GID))
     slot.write_text("fe80:0000:0000:0000:0000:0000:0000:0099\n")
     assert plancache.fingerprint(str(root), ()) != before
+
+
+def test_discovery_and_the_fingerprint_walk_the_same_slots(tmp_path: Path) -> None:
+    """One walk (_common/gids.py) serves both: a GID after 15 empty slots is read by both
+    (a change there is a new key, and discovery sees it), one after 16 by neither."""
+    from slurmfabric.topology import discover
+
+    root = fakesysfs.build(nodes.pod_gids_from_6(), tmp_path / "root")
+    port = sorted((root / "sys" / "class" / "infiniband").glob("*/ports/*"))[0]
+    top = max(int(n) for n in os.listdir(port / "gids")
+              if (port / "gids" / n).read_text().strip() not in ("", gids.ZERO_GID))
+    for n in range(top + 1, top + 40):  # the rest of a real 255-slot table, empty
+        (port / "gids" / str(n)).write_text(gids.ZERO_GID + "\n")
+    seen = top + gids.EMPTY_RUN  # after 15 empty slots: still read
+    unseen = seen + 1  # after 16 empty slots: the walk has stopped
+    value = "0000:0000:0000:0000:0000:ffff:0a00:00%02x"
+
+    def state() -> tuple[object, set[int]]:
+        topo = discover(str(root))
+        dev, num = port.parts[-3], int(port.name)
+        found = {g.index for d in topo.rdma if d.name == dev for p in d.ports
+                 if p.port == num for g in p.gids}
+        return plancache.fingerprint(str(root), ()), found
+
+    before, found = state()
+    (port / "gids" / str(unseen)).write_text(value % 1 + "\n")
+    after, found_after = state()
+    assert after == before and found_after == found and unseen not in found_after
+    (port / "gids" / str(seen)).write_text(value % 2 + "\n")
+    after, found_after = state()
+    assert after != before and seen in found_after
 
 
 def test_edited_planner_code_is_another_key(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from slurmfabric.errors import RankEnvError
 from slurmfabric.rank import ports
-from slurmfabric.rank.env import port_is_free
+from slurmfabric.rank.ports import port_is_free
 
 RANGE = (23400, 23409)
 

@@ -174,6 +174,8 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_readme.py::test_the_health_configs_are_valid",
     ("docs/health.md", "versions_dir ="):
         "tests/unit/test_readme.py::test_the_health_configs_are_valid",
+    ("docs/health.md", 'FAMILY = Family("clocks"'):
+        "tests/unit/test_health_family.py::test_the_docs_show_the_smallest_family_as_it_is",
     ("docs/roce.md", "roce_profile ="):
         "tests/unit/test_roce.py::test_the_readme_profile_is_a_valid_health_config",
     ("docs/launch.md", "[program.env_prepend]"):
@@ -312,6 +314,14 @@ def _nccl_log(work: Path) -> None:
     (work / "slurm-1234.out").write_text((NCCL / "nccl-no-device-multinode.log").read_text())
 
 
+def _switch_outputs(work: Path) -> None:
+    """Real public switch outputs saved under the switches' names (fixtures SOURCES.md)."""
+    switch = ROOT / "tests" / "fixtures" / "switch"
+    shutil.copy(switch / "cumulus_nv_show_interface_swp16_qos_roce_status.txt",
+                work / "leaf1.txt")
+    shutil.copy(switch / "sonic_config_db_qos_azure.json", work / "sonic1.json")
+
+
 def _allreduce(work: Path) -> None:
     (work / "allreduce.txt").write_text(
         (NCCL / "nccl-tests-allreduce-2node-h100.txt").read_text())
@@ -402,6 +412,8 @@ CASES: dict[str, Case] = {
         Case(_check_discover, _allreduce, env={"SLURMFABRIC_SYSFS_ROOT": "{work}/h100"}),
     "slurmfabric pairs report /shared/sweep1 --svg sweep1.svg": Case(_check_svg, _sweep, rc=1),
     "slurmfabric pairs report /shared/sweep1": Case(setup=_sweep, rc=1),
+    "slurmfabric roce audit --switch leaf1.txt --switch sonic1.json --priority 3 --dscp 26":
+        Case(setup=_switch_outputs, rc=1),
     "slurmfabric import multinode_trainer.slurm -o job.toml": Case(_check_imported,
                                                                    _titan_script),
 }

@@ -186,8 +186,7 @@ def test_the_sweep_plot_draws_one_line_per_fabric_and_escapes_the_title() -> Non
 def calibration_rows() -> list[dict]:
     from slurmfabric.whatif import calibration
 
-    points = json.loads((FIX / "calibration.json").read_text())["points"]
-    return calibration.evaluate(points)
+    return calibration.evaluate(calibration.points())
 
 
 def test_held_out_figures_are_predicted_within_their_stated_tolerance() -> None:

@@ -375,3 +375,23 @@ def test_a_job_that_does_not_fit_says_so_instead_of_a_step_time(page, tmp_path) 
                tmp_path / "p")
     assert dom.text["step"] == "does not fit in GPU memory"
     assert "This job cannot start: the model does not fit: 812 GB" in dom.text["fit"]
+
+
+def test_the_held_out_figures_sit_beside_the_busbw_points(page, tmp_path) -> None:
+    """The page's last section: the nccl-tests busbw points and the training runs the model
+    was not fitted on, the model's figure beside each published one, and the guide's TCP
+    example, as steps.py and calibration.py compute them."""
+    from slurmfabric.whatif import calibration, steps
+
+    data = embedded(page)["held_out"]
+    assert data == json.loads(json.dumps(lab.held_out()))
+    held = [r for r in calibration.evaluate(calibration.points()) if r["set"] == "held-out"]
+    assert [r["id"] for r in data["busbw"]] == [r["id"] for r in held]
+    dom = dump(page, HEALTHY, tmp_path / "p")
+    shown = dom.text["held-steps"]
+    for row in steps.evaluate():
+        assert f"{row['id']}{row['family']}{row['gpus']}{row['published']:g}" \
+            f"{row['model']:.1f}" in shown, row["id"]
+    assert "MISS 10 %: the model lets FSDP's per-layer all-gathers" in shown
+    assert "H7H200 248 nodes" in dom.text["held-busbw"]
+    assert dom.text["held-tcp"] == steps.tcp_text(steps.tcp_example())

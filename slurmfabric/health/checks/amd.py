@@ -1,7 +1,7 @@
 """AMD Instinct GPUs: count, ECC/RAS errors, PCIe link, clocks and throttling, XGMI links.
 
-The whole family is this file: its site keys (``SITE_KEYS``, merged into the site config's
-defaults), its facts (``collect``), its checks (``CHECKS``) and when it runs (``enabled``).
+The whole family is this file (``FAMILY``): its site keys, its facts (``collect``), its
+checks (``CHECKS``) and when it runs (``enabled``).
 
 Facts come from ``amd-smi`` (ROCm >= 6.0), read as the text it prints for people: that
 layout (``GPU: N``, then indented ``KEY: value`` sections) is the same across amd-smi
@@ -19,20 +19,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from slurmfabric.health.family import Fact, Family, Key
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 
 FACT = "amd"
-# Site keys of this family (docs/health.md, "AMD GPUs"); siteconfig merges them.
-SITE_KEYS = {
-    "amd_gpus": None,  # GPUs expected; None: as many as amdgpu binds in sysfs; 0: no checks
-    "amd_smi": "/opt/rocm/bin/amd-smi",
-    "rocm_smi": "/opt/rocm/bin/rocm-smi",  # used only where amd-smi is absent
-    "amd_pcie_width": None,  # lanes per GPU; None: the widest link any GPU of the node has
-    "amd_ecc_correctable_max": 100,  # correctable ECC errors per GPU before a warning
-}
-RANGES = {"amd_gpus": (0, 1024), "amd_pcie_width": (1, 32),
-          "amd_ecc_correctable_max": (0, None)}
-INTEGER_KEYS = {"amd_gpus", "amd_pcie_width", "amd_ecc_correctable_max"}
 
 # amdgpu binds Instinct and Radeon GPUs alike; display (0x03xx) and processing
 # accelerator (0x12xx) classes, as topology.gpu counts them.
@@ -147,8 +137,8 @@ def collect(expect: dict, timeout: float) -> AmdFacts:
     deadline = time.monotonic() + timeout
     root = str(expect.get("sysfs_root") or "/")
     in_sysfs = sysfs_gpu_count(root)
-    amd_smi = str(expect.get("amd_smi") or SITE_KEYS["amd_smi"])
-    rocm_smi = str(expect.get("rocm_smi") or SITE_KEYS["rocm_smi"])
+    amd_smi = str(expect.get("amd_smi") or FAMILY.keys["amd_smi"].default)
+    rocm_smi = str(expect.get("rocm_smi") or FAMILY.keys["rocm_smi"].default)
 
     def run(argv: list[str], name: str) -> str:
         out = run_command(argv, max(0.05, deadline - time.monotonic()), name=name)
@@ -327,3 +317,12 @@ CHECKS = {
     "amd.clocks": (check_clocks, "pass", _HOOKS),
     "amd.xgmi": (check_xgmi, "pass", _HOOKS),
 }
+
+FAMILY = Family("amd", keys={  # docs/health.md, "AMD GPUs"
+    "amd_gpus": Key(None, (0, 1024), integer=True),  # None: as many as amdgpu binds; 0: none
+    "amd_smi": Key("/opt/rocm/bin/amd-smi"),
+    "rocm_smi": Key("/opt/rocm/bin/rocm-smi"),  # used only where amd-smi is absent
+    "amd_pcie_width": Key(None, (1, 32), integer=True),  # None: the widest link seen
+    "amd_ecc_correctable_max": Key(100, (0, None), integer=True),  # per GPU, then a warning
+}, facts=(Fact(FACT, lambda run, t: collect(run.expect, t), CHECKS,
+               gate=lambda run: enabled(run.expect)),))

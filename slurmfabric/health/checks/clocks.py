@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 
 from slurmfabric._common.probe import ProbeError
+from slurmfabric.health.checks.gpu import gathered
+from slurmfabric.health.family import Fact, Family, Key
 from slurmfabric.health.model import FAIL, OK, CheckResult, Metric
 
 Q_ARGS = ["-q", "-d", "POWER,CLOCK,PERFORMANCE,UTILIZATION"]
@@ -238,3 +240,11 @@ def check_clocks(facts: ClockFacts, expect: dict, ctx) -> CheckResult:
 CHECKS = {
     "gpu.clocks": (check_clocks, "pass", ("prolog", "check", "periodic")),
 }
+
+
+
+FAMILY = Family("clocks", keys={  # gpu.clocks: power and clocks against the GPU's own limits
+    "power_limit_tolerance": Key(0.05, (0.0, 1.0)),  # enforced limit this far below default
+    "busy_util_pct": Key(80, (0, 100)),  # a GPU this busy ...
+    "sm_clock_min_ratio": Key(0.5, (0.0, 1.0)),  # ... with its SM clock below this share
+}, facts=(Fact("gpu_clocks", lambda run, t: collect(run.expect, t), CHECKS, gate=gathered),))

@@ -18,6 +18,17 @@ import json
 import os
 
 from slurmfabric._common.probe import ProbeError, run_command
+from slurmfabric._common.textcheck import one_line
+from slurmfabric.health.checks.gpu import gathered
+from slurmfabric.health.family import (
+    HOOKS,
+    Fact,
+    Family,
+    Gathering,
+    Key,
+    number_problem,
+    table_problem,
+)
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult
 
 ROOT_KEYS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")  # 4.x, 3.x
@@ -166,3 +177,52 @@ def check_dcgm(facts: dict, expect: dict, ctx) -> CheckResult:
 # dcgm_levels names (the runner's gate), so the hooks here are every one.
 CHECKS = {"gpu.dcgm": (check_dcgm, "pass", ("prolog", "epilog", "check", "periodic",
                                              "burnin"))}
+
+
+def _levels_problem(value: object) -> str | None:
+    """``dcgm_levels = {epilog_failed = 2, burnin = 3}``: hook -> level 0-4."""
+    def entry(name: str, number: object) -> str | None:
+        if name not in HOOKS:
+            return f"dcgm_levels.{one_line(repr(name))}: not a hook; use {', '.join(HOOKS)}"
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= 4:
+            return f"dcgm_levels.{name} = {one_line(repr(number))} should be a dcgmi diag level 0-4"
+        return None
+
+    return table_problem(value, "dcgm_levels", "{ epilog_failed = 2, burnin = 3 }", entry)
+
+
+def _timeouts_problem(value: object) -> str | None:
+    """``dcgm_timeout_s = {"2" = 900}``: level -> seconds, up to 4 h."""
+    def entry(name: str, number: object) -> str | None:
+        if name not in ("1", "2", "3", "4"):
+            return f"dcgm_timeout_s.{one_line(repr(name))}: not a level; use \"1\" to \"4\""
+        return number_problem(number, f"dcgm_timeout_s.{name}", False, (1, 14400))
+
+    return table_problem(value, "dcgm_timeout_s", '{ "2" = 900 }', entry)
+
+
+def _level(run: Gathering) -> int:
+    return level_for(run.expect, run.ctx.hook, run.ctx.deep)
+
+
+def _collect(run: Gathering, timeout: float) -> dict[str, object]:
+    # A diagnostic level has its own deadline, not the per-probe one (the runner widens its
+    # budget to it): level 2 takes minutes.
+    level = _level(run)
+    return collect(str(run.expect["dcgmi"]), level,
+                   timeout_for(run.expect, level),
+                   run.expect.get("gpu_stress_argv") if run.ctx.hook == "burnin" else None)
+
+
+def _gate(run: Gathering) -> bool:
+    return gathered(run) and _level(run) > 0
+
+
+FAMILY = Family("dcgm", keys={
+    "dcgmi": Key("/usr/bin/dcgmi"),
+    "dcgm_levels": Key({}, check=_levels_problem),  # hook -> level, {epilog_failed = 2}
+    "dcgm_timeout_s": Key({}, check=_timeouts_problem),  # "level" -> seconds
+    "gpu_stress_argv": Key([], kind="strings"),  # burn-in: this instead of dcgmi (-j JSON)
+}, facts=(Fact("dcgm", _collect, CHECKS, gate=_gate,
+               # PrologEpilogTimeout must cover it too (docs/health.md, DCGM)
+               budget=lambda run: timeout_for(run.expect, _level(run)) + 5.0),))

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 
 from slurmfabric._common.probe import ProbeError, run_command
+from slurmfabric.health.family import Fact, Family, Gathering, Key
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 
 # nvidia-smi --query-gpu fields -> our keys. The throttle field was renamed in 535.54.03.
@@ -451,3 +452,25 @@ CHECKS = {
     "gpu.pcie": (check_pcie, "fail", ALL_HOOKS),
     "gpu.processes": (check_processes, "fail", JOB_HOOKS),
 }
+
+
+def gathered(run: Gathering) -> bool:
+    """The gate of every NVIDIA GPU fact: GPUs expected, or a GPU tool present."""
+    return run.once("gpu.enabled", lambda: enabled(run.expect))
+
+
+FAMILY = Family("gpu", keys={
+    "gpus": Key(None, (0, 1024), integer=True),  # None: check GPUs only if nvidia-smi/NVML
+    #                                              exists; 0: no GPU checks
+    "gpu_source": Key("auto", choices=("auto", "nvml", "nvidia-smi")),  # auto: NVML, else smi
+    "nvidia_smi": Key("/usr/bin/nvidia-smi"),
+    "gpu_max_temp_c": Key(87, (0, 150)),
+    "gpu_warn_temp_c": Key(80, (0, 150)),
+    "pcie_gen": Key(None, (1, 7), integer=True),  # None: the GPU's own pcie.link.gen.max
+    "pcie_width": Key(None, (1, 32), integer=True),  # None: pcie.link.width.max
+    "retired_pages_max": Key(60, (0, None), integer=True),
+    "throttle_fail_mask": Key(0x8 | 0x40 | 0x80, (0, None), integer=True),  # HW slowdown,
+    #                                                      HW thermal, power brake
+    "throttle_warn_mask": Key(0x20, (0, None), integer=True),  # SW thermal
+}, facts=(Fact("gpu", lambda run, t: collect(run.expect, t, "gpu.processes" in run.active),
+               CHECKS, gate=gathered),))

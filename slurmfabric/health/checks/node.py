@@ -10,6 +10,7 @@ import os
 
 from slurmfabric._common.probe import PROBE_MARK, ProbeError, proc_stat
 from slurmfabric._common.sysfs import Root, read_text
+from slurmfabric.health.family import Fact, Family, Key
 from slurmfabric.health.model import FAIL, OK, CheckResult, Metric
 
 GB = 1024**3
@@ -149,3 +150,24 @@ CHECKS = {
     "node.disk": (check_disk, "fail", ("prolog", "epilog", "check", "periodic")),
     "node.leftovers": (check_leftovers, "pass", ("epilog",)),
 }
+
+
+
+def _only(name: str) -> dict:
+    return {name: CHECKS[name]}
+
+
+FAMILY = Family("node", keys={
+    "min_free_mem_gb": Key(None, (0, None)),
+    "disks": Key({}, kind="numbers"),  # path -> minimum free GB
+    "leftover_ignore": Key([], kind="strings"),  # process names never counted as leftovers
+}, facts=(
+    Fact("meminfo", lambda run, t: collect_meminfo(str(run.expect.get("sysfs_root") or "/")),
+         _only("node.memory")),
+    Fact("disks", lambda run, t: collect_disks(list(run.expect.get("disks") or {})),
+         _only("node.disk"), gate=lambda run: bool(run.expect.get("disks"))),
+    Fact("leftovers", lambda run, t: collect_leftovers(
+        run.ctx.job_id, list(run.expect.get("leftover_ignore") or []), run.ctx.node),
+        _only("node.leftovers"), gate=lambda run: bool(run.ctx.job_id),
+        events=frozenset({"node.leftovers"})),
+))

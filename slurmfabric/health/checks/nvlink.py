@@ -27,7 +27,8 @@ import threading
 from dataclasses import dataclass, field
 
 from slurmfabric._common.probe import ProbeError
-from slurmfabric.health.checks.gpu import normal_bus_id, run_nvsmi
+from slurmfabric.health.checks.gpu import gathered, normal_bus_id, run_nvsmi
+from slurmfabric.health.family import Fact, Family, Gathering, Key
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 
 _GPU = re.compile(r"GPU (?P<index>[0-9]{1,4}): ")  # then the name, then " (UUID: ...)"
@@ -348,3 +349,46 @@ LINK_CHECKS = {
 }
 FABRIC_CHECKS = {"gpu.fabric": (check_fabric, "pass", ("prolog", "epilog", "check",
                                                         "periodic"))}
+
+
+
+def _switches(run: Gathering) -> list[str] | None:
+    """The NVSwitches of a GPU node (None: no fabric), scanned once per hook run."""
+    return run.once("nvswitches", lambda: fabric_switches(run.expect) if gathered(run)
+                    else None)
+
+
+def _counters(run: Gathering) -> bool:
+    """``nvlink -e`` runs for the counter check, and at the prolog for the epilog's deltas."""
+    return "gpu.nvlink_errors" in run.active or _baseline(run)
+
+
+def _baseline(run: Gathering) -> bool:
+    return run.ctx.hook == "prolog" and run.cfg.policy("gpu.nvlink_errors").enabled
+
+
+def _smi(run: Gathering) -> str:
+    return str(run.expect["nvidia_smi"])
+
+
+def _links_gate(run: Gathering) -> bool:
+    return gathered(run) and links_enabled(run.expect, _switches(run))
+
+
+COUNTER_NAMES = tuple(COUNTERS.values())
+FAMILY = Family("nvlink", keys={
+    "nvlinks": Key(None, (0, 64), integer=True),  # active NVLinks per GPU (18 on H100 SXM);
+    #   None: as many as the best GPU has, checked on NVSwitch boards; 0: no NVLink checks
+    "nvlink_speed_gbps": Key(None, (0.1, 1000)),  # per link (26.562 on H100); None: fastest
+    "nvlink_delta_max": Key({}, kind="numbers", integer=True, names=COUNTER_NAMES,
+                            names_are="an NVLink counter"),
+    "nvlink_abs_max": Key({}, kind="numbers", integer=True, names=COUNTER_NAMES,
+                            names_are="an NVLink counter"),
+    "nvswitch": Key(None, kind="flag"),  # None: detect NVSwitch PCI devices
+}, facts=(
+    Fact("nvlink", lambda run, t: collect_links(_smi(run), t, _counters(run)), LINK_CHECKS,
+         gate=_links_gate, baseline=_baseline, events=frozenset({"gpu.nvlink_errors"})),
+    Fact("fabric", lambda run, t: collect_fabric(
+        _smi(run), t, str(run.expect.get("sysfs_root") or "/"), _switches(run) or []),
+        FABRIC_CHECKS, gate=lambda run: _switches(run) is not None),
+))

@@ -19,6 +19,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from slurmfabric.health.family import Fact, Family, Gathering, Key
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 
 # Counters that mean link trouble (IBTA PortCounters, kernel sysfs-class-infiniband names).
@@ -376,3 +377,27 @@ CHECKS = {
     "rdma.link_flaps": (check_link_flaps, "pass", ("prolog", "epilog", "check", "periodic")),
     "rdma.gdr": (check_gdr, "fail", ("prolog", "check")),
 }
+
+
+def _collect(run: Gathering, timeout: float) -> RdmaFacts:
+    from slurmfabric._common.files import safe_name
+
+    history = run.cfg.state_dir / f"link-downed.{safe_name(run.ctx.node)}.json"
+    window_h = float(run.expect["link_flap_window_h"])
+    return collect(str(run.expect.get("sysfs_root") or "/"), str(history), window_h * 3600)
+
+
+FAMILY = Family("rdma", keys={
+    "rdma_ports": Key(None, (0, 1024), integer=True),  # None: check the ports found; 0: none
+    "rdma_rate_gbps": Key(None, (1, 10000)),
+    "rdma_link_layer": Key(None, choices=("InfiniBand", "Ethernet")),
+    "rdma_devices": Key([], kind="strings"),  # ["mlx5_0", "mlx5_1:1"]: only these
+    "gdr": Key(None, kind="flag"),  # True: require GPUDirect RDMA; None: when GPUs+RDMA
+    "counter_delta_max": Key({}, kind="numbers", integer=True),  # allowed growth in one job
+    "counter_abs_max": Key({}, kind="numbers", integer=True),  # when no prolog snapshot
+    "link_flap_threshold": Key(FLAP_THRESHOLD_DEFAULT, (1, 100000), integer=True),
+    "link_flap_window_h": Key(FLAP_WINDOW_H_DEFAULT, (0.01, 8760)),
+}, facts=(Fact("rdma", _collect, CHECKS, gate=lambda run: enabled(run.expect),
+               # the epilog's counter deltas and the flap history start from the prolog's
+               baseline=lambda run: True,
+               events=frozenset({"rdma.counters", "rdma.link_flaps"})),))

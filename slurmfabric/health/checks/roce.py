@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 
+from slurmfabric.health.family import Fact, Family, Key, table_problem
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 
 
@@ -174,3 +175,51 @@ CHECKS = {
     "rdma.roce_qos": (check_qos, "pass", ("prolog", "check", "periodic")),
     "rdma.roce_counters": (check_counters, "pass", ("epilog", "check")),
 }
+
+
+# roce_profile keys: (rule, what the value must be); the fields of roce/profile.py Profile,
+# whose delta_max comes from roce_delta_max instead.
+_PROFILE = {
+    "trust": (lambda v: v in ("dscp", "pcp"), '"dscp" or "pcp"'),
+    "pfc_priorities": (lambda v: isinstance(v, list) and all(
+        isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 7 for p in v)
+        and len(set(v)) == len(v), "a list of priorities 0-7, e.g. [3]"),
+    "ecn": (lambda v: isinstance(v, bool), "true or false"),
+    "roce_tos": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255,
+                 "a ToS byte 0-255, e.g. 106 (DSCP 26)"),
+    "mtu": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1280 <= v <= 9216,
+            "the netdev MTU 1280-9216, e.g. 4200"),
+    "cnp_dscp": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 63,
+                 "a DSCP 0-63, e.g. 48"),
+}
+
+
+def profile_problem(value: object) -> str | None:
+    from slurmfabric._common.textcheck import one_line
+
+    def entry(name: str, item: object) -> str | None:
+        rule = _PROFILE.get(name)
+        if rule is None:
+            return (f"roce_profile.{one_line(repr(name))} is not a profile key; use "
+                    f"{', '.join(_PROFILE)}")
+        if not rule[0](item):
+            return f"roce_profile.{name} = {one_line(repr(item))[:60]} should be {rule[1]}"
+        return None
+
+    return table_problem(value, "roce_profile", '{ trust = "dscp", pfc_priorities = [3], '
+                         "ecn = true, roce_tos = 106, mtu = 4200 }", entry)
+
+
+FAMILY = Family("roce", keys={
+    # the declared lossless profile, e.g. {trust = "dscp", pfc_priorities = [3], ecn = true,
+    # roce_tos = 106, mtu = 4200}; only keys set are checked
+    "roce_profile": Key({}, check=profile_problem),
+    "roce_delta_max": Key({}, kind="numbers", integer=True),  # counter -> growth in one job
+    "ethtool": Key("/usr/sbin/ethtool"),
+    "mlnx_qos": Key("/usr/bin/mlnx_qos"),  # MLNX_OFED / mlnx-tools; "" to use dcb only
+    "dcb": Key("/usr/sbin/dcb"),  # iproute2
+}, facts=(Fact("roce", lambda run, t: collect(run.expect, t), CHECKS,
+               gate=lambda run: enabled(run.expect),
+               # the epilog's loss counters start from the prolog's
+               baseline=lambda run: run.cfg.policy("rdma.roce_counters").enabled,
+               events=frozenset({"rdma.roce_counters"})),))

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from slurmfabric._common.probe import run_command
 from slurmfabric._common.sysfs import list_dir, read_text
+from slurmfabric.health.family import Fact, Family, Gathering, Key, table_problem
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult, Metric
 
 COMPONENTS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
@@ -395,3 +396,39 @@ def load_inventories(paths: list[str]) -> dict[str, dict[str, object]]:
         if isinstance(data, dict) and isinstance(data.get("versions"), dict):
             out[str(data.get("node") or os.path.basename(path)[:-5])] = data["versions"]
     return out
+
+
+PINS = ("driver", "cuda", "vbios", "hca_fw", "ofed", "kernel", "nccl")
+
+
+def pins_problem(value: object) -> str | None:
+    """``versions = {driver = "550.54.15", hca_fw = ["28.39.1002", "22.39.1002"]}``."""
+    from slurmfabric._common.textcheck import one_line
+
+    def entry(name: str, item: object) -> str | None:
+        if name not in PINS:
+            return f"versions.{one_line(repr(name))} is not a component; use {', '.join(PINS)}"
+        items = item if isinstance(item, list) else [item]
+        if not items or not all(isinstance(v, str) and v.strip() and "\n" not in v
+                                for v in items):
+            return (f"versions.{name} = {one_line(repr(item))[:60]} should be a version "
+                    "string or a list of them")
+        return None
+
+    return table_problem(value, "versions", '{ driver = "550.54.15" }', entry)
+
+
+def _collect(run: Gathering, timeout: float) -> Inventory:
+    from slurmfabric.health.checks.gpu import gathered
+
+    return collect(run.ctx.node, run.expect, timeout, run.ctx.hook, run.ctx.job_nodelist,
+                   gathered(run))
+
+
+FAMILY = Family("versions", keys={  # node.versions / node.version_skew
+    "versions": Key({}, check=pins_problem),  # pins: {driver = "550.54.15", ...}
+    "versions_dir": Key(""),  # shared directory for every node's inventory; "": no drift
+    "version_skew_fail": Key(False),  # true: a node unlike the job's majority fails
+    "ofed_info": Key("/usr/bin/ofed_info"),
+    "nccl_lib_dirs": Key([], kind="strings"),  # []: site-packages, then system library dirs
+}, facts=(Fact("versions", _collect, CHECKS),))

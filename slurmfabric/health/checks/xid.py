@@ -35,6 +35,8 @@ import time
 
 from slurmfabric._common.files import write_atomic
 from slurmfabric._common.probe import ProbeError
+from slurmfabric.health.checks.gpu import gathered
+from slurmfabric.health.family import Fact, Family, Gathering, Key
 from slurmfabric.health.model import FAIL, OK, WARN, CheckResult
 
 # Xid -> (mnemonic, NVIDIA's immediate action), from the catalog named above.
@@ -383,3 +385,20 @@ def check_xid(facts: dict, expect: dict, ctx) -> CheckResult:
 # name -> (function, default on_error, hooks). Fact key "kmsg". A kernel log that cannot be
 # read is an error of the checker, never a reason to drain (on_error "pass").
 CHECKS = {"gpu.xid": (check_xid, "pass", ("prolog", "epilog", "check", "periodic"))}
+
+
+
+def _collect(run: Gathering, timeout: float) -> dict[str, object]:
+    from slurmfabric._common.files import safe_name
+
+    state = run.cfg.state_dir  # one cursor per node name: virtual nodes of one host apart
+    return collect(str(run.expect["kmsg_source"]),
+                   str(state / f"kmsg-cursor.{safe_name(run.ctx.node)}"),
+                   str(run.expect.get("sysfs_root") or "/"), str(state / "jobs"), run.ctx.node)
+
+
+FAMILY = Family("xid", keys={
+    "kmsg_source": Key("/dev/kmsg"),  # the kernel log gpu.xid reads (a recorded stream in tests)
+    "xid_drain": Key([], kind="xids"),  # Xids that drain whatever NVIDIA's catalog says
+    "xid_ignore": Key([], kind="xids"),  # Xids that never drain or warn
+}, facts=(Fact("kmsg", _collect, CHECKS, gate=gathered, events=frozenset({"gpu.xid"})),))

@@ -90,6 +90,7 @@ class _Importer:
 
     def run(self) -> ImportResult:
         found, bad = sbatch.directives(self.text)
+        _refuse_heterogeneous(self.text, bad)
         for line, word in bad:
             self.note(line, "unmapped", word, "not an sbatch option sbatch would read")
         job, other = sbatch.job_fields(found, self.note)
@@ -596,6 +597,29 @@ def _param_name_problem(name: str) -> Optional[str]:
         return None
     problem = param_name_problem(name)
     return problem.split(": ", 1)[-1].split(";")[0] if problem else None
+
+
+class Refused(ValueError):
+    """A script import cannot express at all: ``line N: what and why`` (exit 2)."""
+
+
+# A heterogeneous job (https://slurm.schedmd.com/heterogeneous_jobs.html): components
+# separated by '#SBATCH hetjob' ('packjob' before Slurm 20.02), steps placed with
+# srun --het-group ('--pack-group' before 20.02).
+_HET_STEP = re.compile(r"^[^#\n]*\s--(?:het|pack)-group\b", re.MULTILINE)
+
+
+def _refuse_heterogeneous(text: str, bad: list[tuple[int, str]]) -> None:
+    """A job config describes one allocation: a heterogeneous job is refused by its line."""
+    line = next((n for n, word in bad if word in ("hetjob", "packjob")), None)
+    if line is None:
+        step = _HET_STEP.search(text)
+        line = text.count("\n", 0, step.start()) + 1 if step else None
+    if line is not None:
+        raise Refused(f"line {line}: a heterogeneous job (several components, each its own "
+                      "request, https://slurm.schedmd.com/heterogeneous_jobs.html): a "
+                      "slurmfabric config describes one allocation; submit each component "
+                      "as a job of its own")
 
 
 def import_script(text: str) -> ImportResult:

@@ -37,6 +37,7 @@ from typing import Any, Optional
 
 from slurmfabric.job.importer.check import SAFE_TOOLS, CheckReport, compare_request
 from slurmfabric.job.render import flight_recorder_names
+from slurmfabric.job.zipapp import CONTAINER_PATH
 
 # sbatch(1) options whose request the testbed cannot grant: compared as text, then dropped
 # from both scripts. Every one takes a value (sbatch(1) synopsis).
@@ -44,21 +45,25 @@ _DROP_LONG = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket
               "gpu-freq", "cpus-per-gpu", "mem", "mem-per-cpu", "mem-per-gpu", "partition",
               "account", "qos", "reservation", "constraint", "cluster-constraint", "clusters",
               "nodelist", "exclude", "output", "error", "input", "chdir", "time", "time-min",
-              "image", "module", "environment", "uenv", "view", "container-image",
-              "container-mounts", "container-name", "container-workdir", "mail-type",
+              "image", "module", "volume", "environment", "uenv", "view",
+              # pyxis's (https://github.com/NVIDIA/pyxis, args.c) and Slurm's OCI ones
+              "container", "container-id", "container-image", "container-mounts",
+              "container-name", "container-workdir", "container-save", "container-env",
+              "container-unshare", "mail-type",
               "mail-user", "dependency", "licenses", "switches", "export", "comment",
               "begin", "deadline", "network", "tmp", "core-spec", "thread-spec", "wckey")
-_DROP_FLAGS = ("get-user-env", "container-writable", "container-remap-root",
-               "container-mount-home", "hold")
+_DROP_FLAGS = ("get-user-env", "hold", *(f"{no}container-{name}" for no in ("", "no-") for name in
+               ("writable", "readonly", "remap-root", "mount-home", "entrypoint",
+                "entrypoint-log")))
 # Short forms with a value (sbatch(1)): -p -A -q -C -w -x -o -e -i -D -t -G -M -L -d.
 _DROP_SHORT = "pAqCwxoeiDtGMLd"
 _NODES = ("nodes",)
 # Programs the stand-in answers for. Each call is recorded; none runs.
 PROGRAMS = ("python", "python3", "torchrun", "accelerate", "deepspeed", "tune", "lightning",
             "nsys", "ncu", "numactl", "singularity", "apptainer", "shifter", "enroot",
-            "docker", "podman", "nvidia-smi", "dcgmi", "sleep", "pip", "pip3", "conda",
-            "mamba", "git", "wget", "curl", "rm", "cp", "mv", "mkdir", "ln", "touch",
-            "chmod", "tar", "sbatch", "scancel", "ps", "kill", "pkill",
+            "docker", "podman", "podman-hpc", "sarus", "ch-run", "nvidia-smi", "dcgmi",
+            "sleep", "pip", "pip3", "conda", "mamba", "git", "wget", "curl", "rm", "cp", "mv",
+            "mkdir", "ln", "touch", "chmod", "tar", "sbatch", "scancel", "ps", "kill", "pkill",
             *(f"{op}_perf" for op in ("all_reduce", "all_gather", "alltoall", "broadcast",
                                       "reduce_scatter", "reduce", "scatter", "gather",
                                       "sendrecv", "hypercube")))
@@ -67,6 +72,14 @@ _SLURM_TOOLS = ("srun", "scontrol", "sinfo", "squeue", "sacct", "mpirun", "mpiex
 _STANDIN = r"""#!/bin/bash
 # Recording stand-in (slurmfabric import --check): one record per call, nothing run. Only
 # builtins and absolute paths here: mkdir, env and the rest are stand-ins on PATH too.
+# A container runtime's command, and slurmfabric's zipapp, run here (containers.sh).
+case ${0##*/} in
+  python|python3|python3.*)
+    [[ ${1:-} == */slurmfabric.pyz || ${1:-} == */slurmfabric-*.pyz ]] && \
+      { shift; exec @ROOT@/tools/slurmfabric "$@"; } ;;
+  apptainer|singularity|shifter|enroot)
+    . @ROOT@/containers.sh && sf_unwrap "${0##*/}" "$@" ;;
+esac
 r="$SF_REC_DIR/$(printf '%s.%s.%s.%s' "${EPOCHREALTIME/./}" "${SLURM_STEP_ID:-batch}" \
   "${SLURM_PROCID:--}" "$$")"
 /bin/mkdir -p "$r" || exit 0
@@ -126,6 +139,7 @@ class JobRun:
     state: str = ""
     calls: list[Call] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    containers: list[list[str]] = field(default_factory=list)  # requests (containers.sh)
     submit_error: str = ""
     truncated: int = 0
 
@@ -250,8 +264,9 @@ def _install(root: Path, relative: list[str]) -> tuple[Path, Path]:
     bindir.mkdir(parents=True, exist_ok=True)
     tools.mkdir(parents=True, exist_ok=True)
     standin = root / "standin"
-    standin.write_text(_STANDIN, encoding="utf-8")
+    standin.write_text(_STANDIN.replace("@ROOT@", shlex.quote(str(root))), encoding="utf-8")
     standin.chmod(0o755)
+    shutil.copy(Path(__file__).with_name("containers.sh"), root / "containers.sh")
     for name in PROGRAMS:
         (bindir / name).symlink_to(standin)
     # The slurmfabric of this interpreter (its venv), which the nodes share on the testbed.
@@ -262,7 +277,12 @@ def _install(root: Path, relative: list[str]) -> tuple[Path, Path]:
         if name not in PROGRAMS:
             found[name] = shutil.which(name, path="/usr/local/bin:/usr/bin:/bin") or ""
     for name, target in found.items():
-        if target:
+        if name == "srun" and target:  # srun without the container request (containers.sh)
+            (tools / name).write_text(
+                f"#!/bin/bash\n. {shlex.quote(str(root))}/containers.sh && sf_srun "
+                f'{shlex.quote(target)} {shlex.quote(str(bindir))} "$@"\n', encoding="utf-8")
+            (tools / name).chmod(0o755)
+        elif target:
             (tools / name).symlink_to(target)
     (root / "prelude.sh").write_text(_PRELUDE, encoding="utf-8")
     return bindir, tools
@@ -307,11 +327,18 @@ def _state(job_id: str, env: dict[str, str]) -> tuple[str, str]:
                          capture_output=True, text=True, timeout=30, check=False).stdout
     state = re.search(r"JobState=(\S+)", out)
     code = re.search(r"\bExitCode=(\S+)", out)
-    return (state.group(1) if state else "UNKNOWN"), (code.group(1) if code else "")
+    reason = re.search(r"\bReason=(\S+)", out)
+    name = state.group(1) if state else "UNKNOWN"
+    if name == "PENDING" and reason and reason.group(1) in _NEVER:
+        name = f"PENDING ({reason.group(1)})"
+    return name, (code.group(1) if code else "")
 
 
 _ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
           "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+# Pending reasons that waiting does not cure on the testbed, whose nodes and partitions do
+# not change (squeue(1), JOB REASON CODES): the job asks more than the partition has.
+_NEVER = ("PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints")
 
 
 def wait(runs: list[JobRun], env: dict[str, str], timeout: float) -> None:
@@ -321,7 +348,10 @@ def wait(runs: list[JobRun], env: dict[str, str], timeout: float) -> None:
     while pending:
         for run in list(pending):
             run.state, run.exit_code = _state(run.job_id, env)
-            if run.state in _ENDED or run.state == "UNKNOWN":
+            if run.state.startswith("PENDING ("):  # never starts here: not waited for
+                subprocess.run(["scancel", run.job_id], env=env, capture_output=True,
+                               timeout=30, check=False)
+            if run.state in _ENDED or run.state == "UNKNOWN" or run.state.startswith("PENDING ("):
                 pending.remove(run)
         if pending and time.monotonic() > deadline:
             for run in pending:
@@ -348,6 +378,9 @@ def collect(run: JobRun, workdir: Path, recdir: Path) -> None:
                                   int(when) if when.isdigit() else 0))
         except OSError:
             continue  # a record cut short by the job's end
+    requests = Path(f"{recdir}.container")
+    for entry in sorted(requests.iterdir()) if requests.exists() else []:
+        run.containers.append(entry.read_bytes().decode("utf-8", "replace").split("\0")[:-1])
     run.calls.sort(key=lambda c: c.when)
     if len(run.calls) > MAX_CALLS:
         run.truncated = len(run.calls)
@@ -433,7 +466,9 @@ def _torchrun_args(argv: list[str]) -> list[str]:
             out.append(f"--{name}={value}")
     rest = argv[i:]
     if "no-python" in flags:
-        if rest[:2] == ["slurmfabric", "launch"] and "--" in rest:
+        # slurmfabric's own launch, or its zipapp's in a container image
+        if (rest[:2] == ["slurmfabric", "launch"] or rest[:3] == [*rest[:1], CONTAINER_PATH,
+                                                                   "launch"]) and "--" in rest:
             rest = rest[rest.index("--") + 1:]
     else:
         rest = ["python", "-u", *(["-m"] if "module" in flags else []), *rest]
@@ -523,11 +558,63 @@ def compare(orig: JobRun, new: JobRun, norms: tuple[_Norm, _Norm], report: Check
             report.added.append(f"the {name} ran {run.truncated} recorded commands (a loop "
                                 f"waiting on what a stand-in does not do?); compared up to "
                                 f"{MAX_CALLS}")
+    _compare_containers(orig, new, norms, report)
     if not _eq([norms[0](e) for e in orig.errors], [norms[1](e) for e in new.errors]):
         diff.append(f"errors printed: {orig.errors} becomes {new.errors}")
     if (orig.exit_code, orig.state) != (new.exit_code, new.state):
         diff.append(f"job exit: {orig.state} {orig.exit_code} becomes "
                     f"{new.state} {new.exit_code}")
+
+
+# Options naming bind mounts, compared entry by entry (short forms as the long ones).
+_MOUNTS = {"--container-mounts": "--container-mounts", "--bind": "--bind", "-B": "--bind",
+           "--volume": "--volume", "-V": "--volume", "--mount": "--mount", "-m": "--mount"}
+
+
+def _container(request: list[str], norm: _Norm) -> tuple[tuple[str, ...], list[str]]:
+    """A container request (containers.sh) as compared, and what slurmfabric's own script
+    adds to it: its zipapp's bind mount, ``--container-env``, the job-scoped
+    ``--container-name=sf-JOBID``, apptainer's ``--nv`` for a GPU job."""
+    runtime, options = (request[0], request[1:]) if request else ("", [])
+    image = []
+    if runtime in ("apptainer", "singularity", "enroot") and options \
+            and not options[-1].startswith("-"):
+        image, options = [norm(options[-1])], options[:-1]
+    words, own = [], []
+    for word in options:
+        name, eq, value = norm(word).partition("=")
+        if name in _MOUNTS and eq:
+            for entry in value.split(","):
+                (own if CONTAINER_PATH in entry else words).append(f"{_MOUNTS[name]}={entry}")
+        elif name in ("--container-env", "--nv") or (name == "--container-name"
+                                                     and norm.job(value) == "sf-<jobid>"):
+            own.append(f"{name}{eq}{value}")
+        else:
+            words.append(f"{name}{eq}{value}")
+    return (runtime, *sorted(words), *image), own
+
+
+def _compare_containers(orig: JobRun, new: JobRun, norms: tuple[_Norm, _Norm],
+                        report: CheckReport) -> None:
+    """The container requests of both jobs (neutralised before they ran), as text."""
+    seen: list[dict[tuple[str, ...], None]] = [{}, {}]
+    added: dict[str, None] = {}
+    for side, (run, norm) in enumerate(((orig, norms[0]), (new, norms[1]))):
+        for request in run.containers:
+            key, own = _container(request, norm)
+            seen[side][key] = None
+            if side:
+                added.update(dict.fromkeys(own))
+    left = [k for k in seen[0] if k not in seen[1]]
+    right = [k for k in seen[1] if k not in seen[0]]
+    for a, b in zip(left, right):
+        report.differences.append(f"container request: {' '.join(a)} becomes {' '.join(b)}")
+    report.differences.extend(f"container request: {' '.join(a)} is not made by the "
+                              f"rendered script" for a in left[len(right):])
+    report.differences.extend(f"container request: {' '.join(b)} is made by the rendered "
+                              f"script only" for b in right[len(left):])
+    if added:
+        report.added.append("container request: slurmfabric adds " + " ".join(added))
 
 
 def _key(step: _Step) -> tuple[str, tuple[str, ...]]:
