@@ -6,7 +6,7 @@
     slurmfabric jobs cancel JOB [--signal SIG]
     slurmfabric jobs list [--json]           the jobs submit recorded
     slurmfabric jobs diagnose JOB [--json]   every rank's stack: who the others wait for
-    slurmfabric jobs stragglers JOB --progress-dir DIR [--seconds S] [--json]
+    slurmfabric jobs stragglers JOB --progress-dir DIR [--seconds S] [--every S] [--json]
 
 JOB is ``123``, ``123;cluster``, ``123_4`` (array task) or ``123+1`` (het component).
 """
@@ -64,29 +64,48 @@ def build_parser() -> argparse.ArgumentParser:
     slow.add_argument("--seconds", type=number(1, 86400), default=60,
                       help="how long to watch (default 60)")
     slow.add_argument("--hang-timeout", type=number(1, 86400), default=300)
+    slow.add_argument("--every", type=number(0.5, 3600), default=5,
+                      help="seconds between two looks at the beats (default 5)")
+    slow.add_argument("--input-share", type=number(0.01, 1), default=0.25,
+                      help="a rank waiting this share of its steps for its next batch is "
+                      "input-bound (default 0.25)")
     slow.add_argument("--json", action="store_true")
     return p
 
 
 def _stragglers(args: argparse.Namespace) -> int:
-    from slurmfabric.progress.watch import Watch, observe
+    from slurmfabric.progress.watch import Watch, node_shares, observe
 
-    watch, beats, found = observe(args.progress_dir, args.seconds, watch=Watch(
-        timeout=args.hang_timeout, window=min(40.0, max(20.0, args.seconds))))
+    watch, beats, found = observe(args.progress_dir, args.seconds, every=args.every,
+                                  watch=Watch(timeout=args.hang_timeout,
+                                              window=min(40.0, max(4 * args.every,
+                                                                   args.seconds)),
+                                              input_share=args.input_share))
+    nodes = node_shares(watch, beats)
     if args.json:
         print(json.dumps({"job": args.job, "findings": [f.to_dict() for f in found],
                           "ratios": {str(r): v for r, v in sorted(watch.ratios.items())},
                           "compute_per_step": {str(r): v for r, v in
-                                               sorted(watch.per_step.items())}},
-                         indent=2, sort_keys=True))
+                                               sorted(watch.per_step.items())},
+                          "data_share": {str(r): round(v, 4) for r, v in
+                                         sorted(watch.shares.items())},
+                          "nodes": nodes}, indent=2, sort_keys=True))
         return 0
     print(f"job {args.job}: {len(beats)} rank(s) beating; watched {args.seconds:g} s")
     for rank in sorted(beats):
         b = beats[rank]
-        ratio = watch.ratios.get(rank)
+        ratio, share = watch.ratios.get(rank), watch.shares.get(rank)
         print(f"  rank {rank} on {b.host or '?'} (gpu {b.gpu or '?'}): step {b.step}"
               + (f", {watch.per_step[rank]:.4f} s compute/step, {ratio:.2f}x peers"
-                 if ratio is not None else ""))
+                 if ratio is not None else "")
+              + (f", {share:.0%} of each step waiting for data" if share is not None
+                 else ""))
+    for host, node in nodes.items():
+        if node["data_share"] is not None:
+            ranks = ",".join(str(r) for r in node["ranks"])  # type: ignore[union-attr]
+            print(f"  node {host} (ranks {ranks}): "
+                  f"{node['data_share']:.0%} of each step waiting for data"
+                  + (": input-bound" if node["input_bound"] else ""))
     for f in found:
         print(f.log_line())
     if not found:

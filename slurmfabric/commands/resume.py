@@ -14,8 +14,8 @@ import sys
 from dataclasses import asdict
 
 from slurmfabric.commands._args import number
+from slurmfabric.config.vocabulary import RESUME_EVENTS as EVENTS
 from slurmfabric.errors import UsageError
-from slurmfabric.restart import EVENTS
 
 
 def _events(text: str) -> list[str]:

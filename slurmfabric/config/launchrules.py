@@ -2,7 +2,7 @@
 torchrun's and mpirun's own options. Standard library only (the model imports it).
 
 Each function returns the problems it finds, one line each, naming the field and the fix, so
-a bad config reports every problem at once (models.cross_field_problems does the same).
+a bad config reports every problem at once (rules.config_problems runs them with its own).
 """
 
 from __future__ import annotations

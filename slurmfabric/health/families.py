@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from slurmfabric.health.family import Family
 
-NAMES = ("gpu", "rdma", "roce", "xid", "nvlink", "dcgm", "clocks", "versions", "amd", "node")
+NAMES = ("gpu", "rdma", "roce", "xid", "nvlink", "dcgm", "clocks", "versions", "amd", "storage",
+         "node")
 
 FAMILIES: tuple[Family, ...] = tuple(
     __import__(f"slurmfabric.health.checks.{name}", fromlist=["FAMILY"]).FAMILY

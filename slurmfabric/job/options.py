@@ -17,15 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from slurmfabric.config.vocabulary import BY_SBATCH, COMPONENT_FIELDS, OptionName
 from slurmfabric.errors import UsageError
 from slurmfabric.slurm import pyslurm as slurm_pyslurm
 
-# The config classes of slurmfabric/config/models.py, which are not imported here: the
-# model's own checks read this table (extra_sbatch_problems), so an import back would be a
-# circle.
-JobConfig = Any  # config.models.JobConfig
-JobSection = Any  # config.models.JobSection
-LauncherSection = Any  # config.models.LauncherSection
+JobConfig = Any  # config.models.JobConfig, read by attribute (the table is built at import)
 
 # Slurm requeues a job on preemption or node failure only when it is requeueable.
 _SLURM_REQUEUES = frozenset({"preempt", "node_fail"})
@@ -93,28 +89,30 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _always(_value: str, _job: JobSection, _launcher: LauncherSection) -> bool:
-    return True
-
-
 @dataclass(frozen=True)
 class Option:
     """One Slurm option: its value (None: not given), its sbatch(1) long option and its
     pyslurm ``JobSubmitDescription`` attribute, each with its own spelling of the value.
+    Its other spellings and the config field that owns it are the config's vocabulary
+    (config/vocabulary.py ``NAMES``), which the model's own checks read."""
 
-    ``field`` is the config field that sets it and ``aliases`` the other sbatch(1)
-    spellings of the same request (short forms, related options), so that a raw
-    ``job.extra_sbatch`` line that would set it too is refused (``clashes`` narrows that
-    when the option sets only part of what its name covers, like ``--gres``)."""
-
-    sbatch: str  # sbatch(1) long option, without "--"
+    sbatch: str  # sbatch(1) long option, without "--"; a name of config.vocabulary.NAMES
     pyslurm: Optional[str]  # JobSubmitDescription attribute (pyslurm 25.11); None: none
     value: Callable[[JobConfig, Shape], Any]
-    field: str = ""  # default: job.<sbatch name with '_'>
-    aliases: tuple[str, ...] = ()  # short letters ("N") and other long names ("ntasks")
-    clashes: Callable[[str, JobSection, LauncherSection], bool] = _always
     to_pyslurm: Callable[[Any], Any] = _same
     to_sbatch: Optional[Callable[[Any], str]] = None  # default: --NAME=VALUE
+
+    @property
+    def name(self) -> OptionName:
+        return BY_SBATCH[self.sbatch]
+
+    @property
+    def field(self) -> str:
+        return self.name.owner
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return self.name.aliases
 
     def sbatch_line(self, value: Any) -> str:
         if self.to_sbatch is not None:
@@ -144,73 +142,43 @@ def _gres(value: Any) -> str:
     return f"gpu:{value}"
 
 
-def _gpu_gres(value: str, job: JobSection, _launcher: LauncherSection) -> bool:
-    """Only a GPU gres clashes (``--gres=nvme:1`` adds another resource), unless the job's
-    own GPUs are a --gres, which a second --gres line would replace (sbatch keeps the last)."""
-    return job.gpu_request == "gres" or "gpu" in value.lower()
-
-
-_GPU_FIELD = "job.gpus_per_node/job.gpu_request"
+# The options whose value is their [job] field as it is: sbatch(1) name -> pyslurm
+# attribute. mem stays a string: pyslurm skips a falsy 0.
+_PLAIN = {
+    "job-name": "name", "partition": "partitions", "account": "account", "qos": "qos",
+    "time": "time_limit", "mem": "memory_per_node", "mem-per-cpu": "memory_per_cpu",
+    "mem-per-gpu": "memory_per_gpu", "cpus-per-task": "cpus_per_task",
+    "cpus-per-gpu": "cpus_per_gpu", "constraint": "constraints", "reservation": "reservations",
+    "output": "standard_output", "error": "standard_error", "array": "array",
+    "dependency": "dependencies", "mail-type": "mail_types", "mail-user": "mail_user",
+    "ntasks-per-core": "ntasks_per_core", "exclude": "excluded_nodes",
+    "nodelist": "required_nodes", "distribution": "distribution",
+}
 
 OPTIONS: tuple[Option, ...] = (
-    Option("job-name", "name", _job("name"), "job.name", ("J",)),
-    Option("nodes", "nodes", lambda _c, s: s.nodes, aliases=("N",)),
-    Option("ntasks-per-node", "ntasks_per_node", lambda _c, s: s.tasks_per_node,
-           aliases=("ntasks", "n", "ntasks-per-gpu")),
+    Option("nodes", "nodes", lambda _c, s: s.nodes),
+    Option("ntasks-per-node", "ntasks_per_node", lambda _c, s: s.tasks_per_node),
     # pyslurm has no gpus_per_node: its docs send --gpus-per-node to gres_per_node.
     Option("gpus-per-node", "gres_per_node", _gpus("gpus-per-node", lambda s: s.gpus_per_node),
-           _GPU_FIELD, ("gpus", "G", "gpus-per-socket"), to_pyslurm=_gres),
-    Option("gres", "gres_per_node", _gpus("gres", lambda s: s.gpus_per_node), _GPU_FIELD,
-           clashes=_gpu_gres, to_pyslurm=_gres, to_sbatch=lambda v: f"--gres={_gres(v)}"),
+           to_pyslurm=_gres),
+    Option("gres", "gres_per_node", _gpus("gres", lambda s: s.gpus_per_node), to_pyslurm=_gres,
+           to_sbatch=lambda v: f"--gres={_gres(v)}"),
     Option("gpus-per-task", "gpus_per_task",
-           _gpus("gpus-per-task", lambda s: s.gpus_per_node // s.tasks_per_node),
-           "job.gpus_per_task/job.gpu_request"),
-    Option("partition", "partitions", _job("partition"), aliases=("p",)),
-    Option("account", "account", _job("account"), aliases=("A",)),
-    Option("qos", "qos", _job("qos"), aliases=("q",)),
-    Option("time", "time_limit", _job("time"), aliases=("t",)),
-    Option("mem", "memory_per_node", _job("mem")),  # a string: pyslurm skips a falsy 0
-    Option("mem-per-cpu", "memory_per_cpu", _job("mem_per_cpu")),
-    Option("mem-per-gpu", "memory_per_gpu", _job("mem_per_gpu")),
-    Option("cpus-per-task", "cpus_per_task", _job("cpus_per_task"), aliases=("c",)),
-    Option("cpus-per-gpu", "cpus_per_gpu", _job("cpus_per_gpu")),
-    Option("constraint", "constraints", _job("constraint"), aliases=("C",)),
-    Option("reservation", "reservations", _job("reservation")),
-    Option("output", "standard_output", _job("output"), aliases=("o",)),
-    Option("error", "standard_error", _job("error"), aliases=("e",)),
-    Option("array", "array", _job("array"), aliases=("a",)),
-    Option("dependency", "dependencies", _job("dependency"), aliases=("d",)),
-    Option("mail-type", "mail_types", _job("mail_type")),
-    Option("mail-user", "mail_user", _job("mail_user")),
+           _gpus("gpus-per-task", lambda s: s.gpus_per_node // s.tasks_per_node)),
+    *(Option(name, attribute, _job(BY_SBATCH[name].owner.removeprefix("job.")))
+      for name, attribute in _PLAIN.items()),
     Option("exclusive", "resource_sharing", lambda c, _s: True if c.job.exclusive else None,
            to_pyslurm=lambda _v: "exclusive", to_sbatch=lambda _v: "--exclusive"),
-    Option("requeue", "is_requeueable", lambda _c, s: s.requeue, aliases=("no-requeue",),
+    Option("requeue", "is_requeueable", lambda _c, s: s.requeue,
            to_sbatch=lambda v: "--requeue" if v else "--no-requeue"),
-    Option("signal", "signal", lambda _c, s: s.signal, "launcher.signal/launcher.resume",
-           clashes=lambda _v, _j, launcher: bool(launcher.signal or launcher.resume.enabled),
-           to_pyslurm=Signal.pyslurm, to_sbatch=lambda v: f"--signal={v.sbatch()}"),
-    Option("open-mode", "log_files_open_mode", lambda _c, s: s.open_mode, "launcher.resume",
-           clashes=lambda _v, _j, launcher: launcher.resume.enabled),
+    Option("signal", "signal", lambda _c, s: s.signal, to_pyslurm=Signal.pyslurm,
+           to_sbatch=lambda v: f"--signal={v.sbatch()}"),
+    Option("open-mode", "log_files_open_mode", lambda _c, s: s.open_mode),
     # sbatch(1) --wait-all-nodes=0|1: start the script only once every node booted.
     Option("wait-all-nodes", "wait_all_nodes", _job("wait_all_nodes"),
            to_sbatch=lambda v: f"--wait-all-nodes={int(v)}"),
-    Option("ntasks-per-core", "ntasks_per_core", _job("ntasks_per_core")),
-    Option("exclude", "excluded_nodes", _job("exclude"), aliases=("x",)),
-    Option("nodelist", "required_nodes", _job("nodelist"), aliases=("w",)),
-    Option("distribution", "distribution", _job("distribution"), aliases=("m",)),
     Option("hint", None, _job("hint")),  # pyslurm 25.11 has no hint attribute
 )
-
-# The JobSection fields a [[job.components]] entry may set: what Slurm allocates per
-# component of a heterogeneous job. The others (name, time, output, requeue, ...) are
-# job-wide: set once in [job], which Slurm propagates to every component
-# (https://slurm.schedmd.com/heterogeneous_jobs.html, "Submitting Jobs").
-COMPONENT_FIELDS = frozenset({
-    "nodes", "ntasks_per_node", "gpus_per_node", "gpu_request", "gpus_per_task", "gpu_type",
-    "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_cpu", "mem_per_gpu", "partition",
-    "account", "qos", "constraint", "reservation", "exclusive", "exclude", "nodelist",
-    "ntasks_per_core", "distribution", "hint",
-})
 
 
 def _per_component(option: Option) -> bool:
@@ -236,54 +204,8 @@ def total_nodes(config: JobConfig) -> int:
     return config.job.nodes + sum(c.nodes for c in config.job.components)
 
 
-# sbatch(1) options that are a proper prefix of a modelled name but options of their own
-# (getopt_long takes any unambiguous prefix of a long option, so other prefixes would be
-# an abbreviation of a modelled option, or ambiguous).
-_OWN_OPTIONS = frozenset({"wait"})
-
-
 def _field(option: Option) -> str:
-    return option.field or "job." + option.sbatch.replace("-", "_")
-
-
-def _split_extra(line: str) -> tuple[str, str]:
-    """``--opt=v``, ``--opt v``, ``-N 4``, ``-N4`` -> (option name, value)."""
-    if line.startswith("--"):
-        name = line[2:].split("=", 1)[0].split(None, 1)[0] if line[2:].strip() else ""
-        return name, line[2 + len(name):].lstrip("= \t")
-    return line[1:2], line[2:].lstrip(" \t")
-
-
-def _modelled(name: str) -> list[Option]:
-    """The options a raw sbatch option name would set (an abbreviation: every one it could
-    stand for)."""
-    exact = [o for o in OPTIONS if name == o.sbatch or name in o.aliases]
-    if exact or len(name) < 2 or name in _OWN_OPTIONS:
-        return exact
-    return [o for o in OPTIONS if any(n.startswith(name) for n in (o.sbatch, *o.aliases)
-                                      if len(n) > 1)]
-
-
-def extra_sbatch_problems(job: JobSection, launcher: LauncherSection) -> list[str]:
-    """Raw ``job.extra_sbatch`` lines that set what a modelled field sets: both would reach
-    sbatch and the script's own counts would disagree with the allocation (sbatch keeps
-    the last of two lines)."""
-    out = []
-    for line in job.extra_sbatch:
-        name, value = _split_extra(line)
-        clashing = [o for o in _modelled(name) if o.clashes(value, job, launcher)]
-        if not clashing:
-            continue
-        fields = " or ".join(dict.fromkeys(_field(o) for o in clashing))
-        current = [f"{_field(o)} = {getattr(job, _field(o)[4:])!r}" for o in clashing
-                   if _field(o).startswith("job.") and "/" not in _field(o)
-                   and getattr(job, _field(o)[4:], None) not in (None, False)]
-        now = f" ({', '.join(current)})" if current else ""
-        abbreviated = "" if any(name in (o.sbatch, *o.aliases) for o in clashing) else \
-            " (an abbreviation sbatch expands)"
-        out.append(f"job.extra_sbatch: {line!r}{abbreviated} sets what {fields} sets{now}; "
-                   f"accepted: the field {fields} instead of this line")
-    return out
+    return option.field
 
 
 # Set by the pyslurm backend itself, not from the table: the script and where it starts.

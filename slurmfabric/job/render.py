@@ -373,18 +373,30 @@ def per_node_exec(config: JobConfig, workers_per_node: int) -> str:
     torchrun' in this one-task-per-node step (rank/env.py, node scope). Option names:
     accelerate launch (https://huggingface.co/docs/accelerate/package_reference/cli,
     "accelerate launch": --num_machines, --machine_rank, --main_process_ip,
-    --main_process_port, --num_processes, the total) and torchrun (torch/distributed/run.py:
+    --main_process_port, --num_processes, the total), torchrun (torch/distributed/run.py:
     --nnodes, --node_rank, --master_addr, --master_port, --nproc_per_node; a wrapper such
-    as 'tune run' passes them on)."""
+    as 'tune run' passes them on) and deepspeed's --no_ssh mode (deepspeed/launcher/
+    runner.py, microsoft/DeepSpeed#5510: each node runs its own launcher with --node_rank;
+    the world is the hostfile's entries, whose names it never contacts, so a file of
+    NNODES lines "nodeI slots=W" in the step's TMPDIR gives it the shape)."""
     w = workers_per_node
+    kind = config.launcher.per_node.kind or "torchrun"
     supplied = {
         "accelerate": ('--num_machines "$NNODES" --machine_rank "$NODE_RANK" '
                        '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" '
                        f'--num_processes "$((NNODES * {w}))"'),
         "torchrun": ('--nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" '
                      f'--master_port "$MASTER_PORT" --nproc_per_node {w}'),
-    }[config.launcher.per_node.kind or "torchrun"]
-    return f'exec "${{@:2:$1}}" {supplied} "${{@:$1+2}}"'
+        "deepspeed": ('--no_ssh --hostfile "$hosts" --num_nodes "$NNODES" '
+                      '--node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" '
+                      f'--master_port "$MASTER_PORT" --num_gpus {w}'),
+    }[kind]
+    hosts = ""
+    if kind == "deepspeed":
+        hosts = ('hosts="${TMPDIR:-/tmp}/slurmfabric-deepspeed-hosts.$SLURM_JOB_ID.$NODE_RANK" '
+                 f'&& for ((i = 0; i < NNODES; i++)); do echo "node$i slots={w}"; done '
+                 '> "$hosts" && ')
+    return f'{hosts}exec "${{@:2:$1}}" {supplied} "${{@:$1+2}}"'
 
 
 def _context(config: JobConfig, slurmfabric_bin: Optional[str],

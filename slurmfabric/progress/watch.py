@@ -22,6 +22,13 @@ keeps a short history and returns the findings that are new:
   burst shorter than half the window. A 30% slowdown is reported after about three
   quarters of the window plus ``persist`` observations (45 s with the defaults, observing
   every 5 s).
+- ``input`` (``Watch.inputs``, not part of ``observe``: nothing restarts for it): a rank
+  that waits for its next batch at least ``input_share`` of its steps' wall time over the
+  last ``window`` seconds (from the beats' running sums of data wait and step time). Its
+  node is input-bound: a slow loader or data mount on that node, not the network. Its
+  peers' compute is not slower: they wait for it inside the collectives, so ``slow``
+  cannot see it and the data share is what names it. When every rank waits alike the
+  whole job is input-bound (a shared file system, too few loader workers).
 
 Output: ``Finding.log_line()`` for the job log, ``prom_text()`` for node_exporter's textfile
 collector, ``Finding.to_dict()`` for JSON. Standard library only.
@@ -55,6 +62,9 @@ class Beat:
     local: str = ""
     gpus: str = ""
     compute: float | None = None
+    data_sum: float = 0.0  # the steps' wait for their next batch (progress.step)
+    wall_sum: float = 0.0  # those steps' wall time
+    data_timed: int = 0
 
     @property
     def position(self) -> int:
@@ -83,7 +93,10 @@ def parse_beat(text: str) -> Beat | None:
                     timed=int(data.get("timed") or 0), pid=int(data.get("pid") or 0),
                     host=str(data.get("host", "")), local=str(data.get("local", "")),
                     gpus=str(data.get("gpus", "")),
-                    compute=None if data.get("compute") is None else float(data["compute"]))
+                    compute=None if data.get("compute") is None else float(data["compute"]),
+                    data_sum=float(data.get("data_sum") or 0.0),
+                    wall_sum=float(data.get("wall_sum") or 0.0),
+                    data_timed=int(data.get("data_timed") or 0))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -169,6 +182,13 @@ class Watch:
     hung: bool = False
     ratios: dict[int, float] = field(default_factory=dict)
     per_step: dict[int, float] = field(default_factory=dict)
+    # the data-loading share (``inputs``): a rank waiting this share of its steps for
+    # data is input-bound
+    input_share: float = 0.25
+    data_last: dict[int, tuple[float, float]] = field(default_factory=dict)
+    data_history: dict[int, deque[tuple[float, float, float]]] = field(default_factory=dict)
+    shares: dict[int, float] = field(default_factory=dict)
+    input_bound: set[int] = field(default_factory=set)
 
     def observe(self, beats: dict[int, Beat], now: float) -> list[Finding]:
         """The findings that are new at ``now`` (each is reported once, again only
@@ -260,6 +280,45 @@ class Watch:
         return new
 
 
+    def inputs(self, beats: dict[int, Beat], now: float) -> list[Finding]:
+        """The ranks newly input-bound at ``now``: each rank's share of step time spent
+        waiting for its next batch over the window (``shares``), from the growth of its
+        beats' running sums between observations."""
+        for rank, beat in beats.items():
+            before = self.data_last.get(rank)
+            self.data_last[rank] = (beat.data_sum, beat.wall_sum)
+            if before is not None and beat.wall_sum > before[1]:
+                self.data_history.setdefault(rank, deque()).append(
+                    (now, beat.data_sum - before[0], beat.wall_sum - before[1]))
+        self.shares = {}
+        for rank, samples in self.data_history.items():
+            while samples and samples[0][0] <= now - self.window:
+                samples.popleft()
+            wall = sum(w for _, _, w in samples)
+            if len(samples) >= self.min_intervals and wall > 0 and rank in beats:
+                self.shares[rank] = min(1.0, sum(d for _, d, _ in samples) / wall)
+        high = {r for r, share in self.shares.items() if share >= self.input_share}
+        new = sorted(high - self.input_bound)
+        self.input_bound = high
+        if not new:
+            return []
+        named = [_who(beats[r], why=f"{self.shares[r]:.0%} of each step waiting for data",
+                      data_share=round(self.shares[r], 4)) for r in new]
+        span = f"over the last {self.window:.0f} s"
+        if high == set(self.shares):
+            low, top = min(self.shares.values()), max(self.shares.values())
+            return [Finding("input", named, (
+                f"every rank waits for its next batch {low:.0%}-{top:.0%} of each step "
+                f"{span}: the job is input-bound (data loading or storage), not "
+                "network-bound"), now)]
+        hosts = sorted({beats[r].host or "?" for r in new})
+        others = [v for r, v in self.shares.items() if r not in high]
+        return [Finding("input", named, (
+            f"input-bound node(s) {', '.join(hosts)}: their ranks wait for their next batch "
+            f"{max(self.shares[r] for r in new):.0%} of each step {span}, the other ranks "
+            f"{statistics.median(others):.0%}; the others wait for them in the collectives: "
+            "a slow loader or data mount on those nodes, not the network"), now)]
+
     def _baseline(self, rank: int, ratio: float) -> None:
         """The median of a rank's first ``baseline_intervals`` ratios, at least 1.0 (a
         rank faster than its peers is not excused for becoming as fast as them)."""
@@ -292,6 +351,8 @@ def prom_text(watch: Watch, beats: dict[int, Beat], job: str, now: float) -> str
         "# TYPE slurmfabric_progress_slow_ratio gauge",
         "# HELP slurmfabric_progress_straggler 1 while the rank is reported slow.",
         "# TYPE slurmfabric_progress_straggler gauge",
+        "# HELP slurmfabric_progress_data_share Share of step time waiting for the next batch.",
+        "# TYPE slurmfabric_progress_data_share gauge",
     ]
     for rank in sorted(beats):
         beat = beats[rank]
@@ -303,6 +364,8 @@ def prom_text(watch: Watch, beats: dict[int, Beat], job: str, now: float) -> str
         if rank in watch.ratios:
             lines.append(f"slurmfabric_progress_slow_ratio{tag} {watch.ratios[rank]:.4f}")
         lines.append(f"slurmfabric_progress_straggler{tag} {int(rank in watch.slow)}")
+        if rank in watch.shares:
+            lines.append(f"slurmfabric_progress_data_share{tag} {watch.shares[rank]:.4f}")
     lines += ["# HELP slurmfabric_progress_hang 1 while the job is reported hung.",
               "# TYPE slurmfabric_progress_hang gauge",
               f"slurmfabric_progress_hang{prom.labels(job=job)} {int(watch.hung)}"]
@@ -322,7 +385,26 @@ def observe(directory: str, seconds: float, every: float = 5.0, watch: Watch | N
     end = clock() + seconds
     while True:
         beats = read_beats(directory)
-        found += watch.observe(beats, clock())
+        now = clock()
+        found += watch.observe(beats, now) + watch.inputs(beats, now)
         if clock() + every > end:
             return watch, beats, found
         sleep(every)
+
+
+def node_shares(watch: Watch, beats: dict[int, Beat]) -> dict[str, dict[str, object]]:
+    """Per node: its ranks, their mean data-loading share, and whether it is input-bound
+    (one of its ranks is): what ``jobs stragglers`` prints per node."""
+    nodes: dict[str, dict[str, object]] = {}
+    for rank in sorted(beats):
+        node = nodes.setdefault(beats[rank].host or "?", {"ranks": [], "shares": []})
+        node["ranks"].append(rank)  # type: ignore[union-attr]
+        if rank in watch.shares:
+            node["shares"].append(watch.shares[rank])  # type: ignore[union-attr]
+    out: dict[str, dict[str, object]] = {}
+    for host, node in nodes.items():
+        shares = node["shares"]
+        out[host] = {"ranks": node["ranks"],
+                     "data_share": round(statistics.mean(shares), 4) if shares else None,
+                     "input_bound": any(r in watch.input_bound for r in node["ranks"])}
+    return out

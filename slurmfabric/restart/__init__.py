@@ -32,12 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["EVENTS", "Checkpoints", "checkpoint_dir", "restart_count", "save_requested"]
-
-# What a job can be made to survive ([launcher.resume] events). hang and slow come from the
-# ranks' heartbeats (slurmfabric.progress): a hang past hang_timeout, a rank persistently
-# slow_ratio times slower than its peers.
-EVENTS = ("timeout", "preempt", "node_fail", "worker_fail", "hang", "slow")
+__all__ = ["Checkpoints", "checkpoint_dir", "restart_count", "save_requested"]
 
 _PREFIX = "step-"
 

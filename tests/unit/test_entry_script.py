@@ -166,7 +166,7 @@ TORCHRUN_WORKER = {"TORCHELASTIC_RUN_ID": "sf-41", "MASTER_ADDR": "gpu1", "MASTE
 def test_a_warm_rank_imports_its_budget_and_nothing_else(tmp_path: Path,
                                                          args: list[str]) -> None:
     """Not rank/addr (only the nodeaddr and iface: address policies load it), not
-    rank/mpi (only an MPI launcher's rank loads it), not _common/gids (only RoCE ports),
+    _common/gids (only RoCE ports),
     not itertools (hostlist imports it where it expands
     several bracket groups), not _common/sysfs (a cached binding carries its cpulist text),
     for env not rank/binding (binding_env is rank/task.py's), and for a torchrun worker,
@@ -178,8 +178,7 @@ def test_a_warm_rank_imports_its_budget_and_nothing_else(tmp_path: Path,
     if "mpi" in args:
         env.update(OMPI_COMM_WORLD_RANK="8", OMPI_COMM_WORLD_SIZE="16",
                    OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="8")
-    budget = WARM_RANK | WARM_EXTRA[args[0]] | ({"slurmfabric.rank.mpi"} if "mpi" in args
-                                                 else set())
+    budget = WARM_RANK | WARM_EXTRA[args[0]]
     if "torchrun" in args:
         env.update(TORCHRUN_WORKER)
         budget -= {"slurmfabric.slurm", "slurmfabric.slurm.hostlist"}

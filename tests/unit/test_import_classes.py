@@ -248,6 +248,76 @@ def test_launchers_that_run_once_per_node_become_launcher_per_node() -> None:
     assert tune["program"]["command"] == ["full_finetune_distributed", "--config", "c.yaml"]
 
 
+# A stand-in for deepspeed's runner that keeps the rules of its --no_ssh mode
+# (deepspeed/launcher/runner.py, deepspeedai/DeepSpeed at 2d991ba: the hostfile's
+# "NAME slots=N" lines are the world, --num_nodes keeps the first N, --num_gpus the slots,
+# and --no_ssh asserts 0 <= --node_rank < the nodes kept) and prints what it would launch.
+FAKE_DEEPSPEED = """#!/usr/bin/env python3
+import argparse, json, re, sys
+p = argparse.ArgumentParser()
+p.add_argument("-H", "--hostfile", default="/job/hostfile")
+p.add_argument("--num_nodes", type=int, default=-1)
+p.add_argument("--num_gpus", type=int, default=-1)
+p.add_argument("--node_rank", type=int, default=-1)
+p.add_argument("--master_addr", default="")
+p.add_argument("--master_port", type=int, default=29500)
+for flag in ("--no_ssh", "--module", "--bind_cores_to_rank"):
+    p.add_argument(flag, action="store_true")
+p.add_argument("user_script")
+p.add_argument("user_args", nargs=argparse.REMAINDER)
+a = p.parse_args()
+pool = [m.group(1) for m in (re.search(r"^(\\S+)\\s+slots=(\\d+)", line.strip())
+                            for line in open(a.hostfile)) if m]
+active = pool[:a.num_nodes] if a.num_nodes > 0 else pool
+assert a.no_ssh and 0 <= a.node_rank < len(active), "--node_rank is not set correctly"
+print(json.dumps({"nodes": len(active), "node_rank": a.node_rank, "gpus": a.num_gpus,
+                  "master": f"{a.master_addr}:{a.master_port}", "module": a.module,
+                  "bind": a.bind_cores_to_rank, "program": [a.user_script, *a.user_args]}))
+"""
+
+
+def test_deepspeed_runs_once_per_node_in_its_no_ssh_mode(tmp_path: Path) -> None:
+    """deepspeed started by srun on every node becomes the per-node form: slurmfabric
+    supplies the hostfile, node count and rank and the rendezvous; the script's own --module
+    and --bind_cores_to_rank stay; its --include is named as not mapped."""
+    import json
+    import os
+
+    from slurmfabric.job.render import per_node_exec
+
+    body = ("srun deepspeed --num_gpus 8 --num_nodes 2 --hostfile hf --master_addr $MASTER_ADDR "
+            "--module --bind_cores_to_rank train --deepspeed_config ds.json\n")
+    result = _imp(body, HEAD.replace("--ntasks-per-node=8", "--ntasks-per-node=1"))
+    per_node = result.config["launcher"]["per_node"]
+    assert per_node == {"kind": "deepspeed", "command": ["deepspeed"],
+                        "args": ["--module", "--bind_cores_to_rank"]}
+    assert result.config["program"]["command"] == ["train", "--deepspeed_config", "ds.json"]
+    assert not _unmapped(result)
+    config = load_config(data=result.config, site_defaults="")
+    script = render_sbatch(config)
+    assert '--no_ssh --hostfile "$hosts"' in script
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "deepspeed").write_text(FAKE_DEEPSPEED)
+    (bin_dir / "deepspeed").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path), "SLURM_JOB_ID": "7",
+           "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "23456",
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPYCACHEPREFIX"}}
+    words = ["deepspeed", *per_node["args"], *result.config["program"]["command"]]
+    proc = subprocess.run(["bash", "-c", per_node_exec(config, 8), "bash", "1", *words],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "nodes": 2, "node_rank": 1, "gpus": 8, "master": "n1:23456", "module": True,
+        "bind": True, "program": ["train", "--deepspeed_config", "ds.json"]}
+    env["NODE_RANK"] = "2"  # a rank the world does not have: the runner's own assertion
+    assert subprocess.run(["bash", "-c", per_node_exec(config, 8), "bash", "1", *words],
+                          capture_output=True, text=True, env=env, timeout=60).returncode != 0
+    include = _imp("srun deepspeed --include n1:0,1 train.py\n",
+                   HEAD.replace("--ntasks-per-node=8", "--ntasks-per-node=1"))
+    assert any("--include" in text for _line, text in _unmapped(include))
+
+
 def test_apptainer_exec_with_binds_is_the_container_runtime() -> None:
     result = _imp("srun singularity exec --nv -B /data:/data:ro,/scratch --bind=/w "
                   "/images/pt.sif python train.py\n")
@@ -288,7 +358,6 @@ def test_apptainer_runtime_rules(sets: dict, problem: str) -> None:
 
 
 @pytest.mark.parametrize("line, name", [
-    ("srun deepspeed train.py\n", "deepspeed"),
     ("srun singularity run img.sif python t.py\n", "Apptainer/Singularity"),
     ("srun apptainer exec --cleanenv img.sif python t.py\n", "apptainer exec option"),
     ("srun shifter python t.py\n", "Shifter"),

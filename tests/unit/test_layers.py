@@ -1,5 +1,6 @@
 """The package's import layers: commands on top, libraries below, no import back up, no
-circle. Read from the source with ``ast``, so a lazy import inside a function counts too."""
+circle. Read from the source with ``ast``, so a lazy import inside a function (and one under
+``if TYPE_CHECKING``) counts too."""
 
 from __future__ import annotations
 
@@ -72,6 +73,118 @@ def test_no_import_circle() -> None:
         if name not in state:
             visit(name, [name])
     assert circles == []
+
+
+# The order, lowest first: a module may import its own package, any package in a lower
+# layer, and a package beside it only along an edge of SIDEWAYS. ``slurmfabric`` is the
+# root __init__ (the version and the API's lazy name table, strings only).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("slurmfabric", "errors"),
+    ("_common",),  # probes, records, sysfs, files, text rules
+    ("slurm",),  # every Slurm command's argv and parser; hostlists
+    ("topology", "plan", "whatif"),  # what a node has, what NCCL and ranks use, step time
+    ("config",),  # the job config model and its vocabulary
+    ("rank",),  # each rank's env, address, port and binding
+    # the fronts: launch (job, restart, site, testbed), guard (health, nccl, pairsweep,
+    # ibaudit, roce, progress)
+    ("job", "restart", "site", "testbed", "health", "nccl", "pairsweep", "ibaudit", "roce",
+     "progress"),
+    ("commands",),  # one module per subcommand: parse and print
+    ("cli",),  # the dispatcher (loads a command by name)
+    ("__main__",),
+)
+SIDEWAYS = {
+    ("plan", "topology"),  # the plan is made from the topology model
+    ("health", "roce"),  # the RoCE health check reads roce's facts and profile
+    ("ibaudit", "health"),  # a fabric audit drains through health's drain
+    ("job", "nccl"),  # following a job reads its NCCL log lines
+    ("job", "testbed"),  # the importer's real check submits to the testbed
+    ("restart", "job"),  # the resume supervisor follows its job
+    ("restart", "progress"),  # hang and slow events come from the heartbeats
+    ("pairsweep", "job"),  # a sweep is rendered as a job
+    ("pairsweep", "health"),  # burn-in drains; versions name the stacks
+    ("pairsweep", "ibaudit"),  # a slow pair is placed on the fabric's links
+    ("pairsweep", "nccl"),  # each pair's nccl-tests output is read
+}
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def _layer(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def back_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that run up the order, or sideways along no edge of SIDEWAYS."""
+    out = []
+    for name, deps in sorted(graph.items()):
+        here = _package(name)
+        for dep in sorted(deps):
+            there = _package(dep)
+            if there == here:
+                continue
+            up, side = _layer(there) - _layer(here), (here, there) in SIDEWAYS
+            if up > 0 or (up == 0 and not side):
+                out.append(f"{name} -> {dep}")
+    return out
+
+
+def test_every_top_level_package_has_a_layer() -> None:
+    placed = [package for layer in LAYERS for package in layer]
+    assert len(placed) == len(set(placed))
+    assert {_package(name) for name in GRAPH} == set(placed)
+
+
+def test_no_import_runs_back_up_the_layers() -> None:
+    assert back_edges(GRAPH) == []
+
+
+def test_a_synthetic_back_edge_is_caught(tmp_path: Path) -> None:
+    # The order check itself, on the real graph plus a module read by the same reader: an
+    # import that runs up (config -> job, the one issue 44 found) inside a function, one
+    # under TYPE_CHECKING, and one sideways along no listed edge.
+    fake = tmp_path / "fake.py"
+    fake.write_text("def f():\n    from slurmfabric.job.options import OPTIONS\n"
+                    "if TYPE_CHECKING:\n    from slurmfabric.rank import env\n"
+                    "from slurmfabric.plan import contract\n")
+    deps = _imports(fake, "slurmfabric.config.fake")
+    assert deps == {"slurmfabric.job.options", "slurmfabric.rank.env",
+                    "slurmfabric.plan.contract"}
+    graph = {**GRAPH, "slurmfabric.config.fake": deps,
+             "slurmfabric.nccl.fake": {"slurmfabric.health.drain"},
+             "slurmfabric.health.fake": {"slurmfabric.roce.facts"}}
+    assert back_edges(graph) == [
+        "slurmfabric.config.fake -> slurmfabric.job.options",
+        "slurmfabric.config.fake -> slurmfabric.rank.env",
+        "slurmfabric.nccl.fake -> slurmfabric.health.drain"]
+
+
+def test_every_sideways_edge_is_still_used() -> None:
+    """An edge nobody imports along any more leaves the list, so it stays short and true."""
+    used = {(_package(name), _package(dep)) for name, deps in GRAPH.items() for dep in deps}
+    assert SIDEWAYS - used == set()
+
+
+def test_the_config_model_stands_alone() -> None:
+    """config/ imports no front and nothing above it: the model, its vocabulary and rules
+    are read by job/, rank/ and restart/, never the other way (issue 44)."""
+    config = {name: deps for name, deps in GRAPH.items() if _package(name) == "config"}
+    assert len(config) >= 10  # the split: sections, rules, formats, vocabulary ...
+    reached = {_package(dep) for deps in config.values() for dep in deps}
+    assert reached <= {"config", "_common", "errors", "plan", "slurmfabric"}
+
+
+CONFIG_MAX_LINES = 400
+
+
+def test_no_config_module_is_over_400_lines() -> None:
+    """The model is split by section and rules (issue 44: models.py had reached 1,073
+    lines); a module past 400 is a section that wants its own file."""
+    long = {str(p.relative_to(PACKAGE)): n for p in sorted((PACKAGE / "config").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > CONFIG_MAX_LINES}
+    assert long == {}
 
 
 def test_the_top_level_holds_only_the_dispatcher_errors_and_the_api() -> None:

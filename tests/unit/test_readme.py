@@ -174,6 +174,8 @@ BLOCKS: dict[tuple[str, str], str] = {
         "tests/unit/test_readme.py::test_the_health_configs_are_valid",
     ("docs/health.md", "versions_dir ="):
         "tests/unit/test_readme.py::test_the_health_configs_are_valid",
+    ("docs/health.md", "data_mounts = ["):
+        "tests/unit/test_health_storage.py::test_the_docs_block_is_a_valid_site_config",
     ("docs/health.md", 'FAMILY = Family("clocks"'):
         "tests/unit/test_health_family.py::test_the_docs_show_the_smallest_family_as_it_is",
     ("docs/roce.md", "roce_profile ="):

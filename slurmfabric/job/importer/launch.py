@@ -324,7 +324,6 @@ def _apptainer(words: list[Field], line: int, out: Launch, job: dict[str, Any],
     return words[i + 1:]
 
 
-_PER_NODE = {"deepspeed": None}
 # accelerate launch's options that take no value (https://huggingface.co/docs/accelerate/
 # package_reference/cli, "accelerate launch"); every other option takes one.
 ACCELERATE_FLAGS = frozenset({
@@ -339,14 +338,27 @@ ACCELERATE_FLAGS = frozenset({
 # What slurmfabric supplies to a per-node launcher (job/render.py per_node_exec).
 ACCELERATE_DERIVED = frozenset({"num_machines", "machine_rank", "main_process_ip",
                                 "main_process_port", "num_processes", "rdzv_backend"})
+# deepspeed's runner (deepspeed/launcher/runner.py parse_args): its options that take no
+# value, and what slurmfabric supplies in its --no_ssh mode or makes moot (ssh, pdsh/MPI
+# launcher choice, hosts). --include/--exclude name hosts and GPUs of the hostfile: not
+# mapped, since slurmfabric's hostfile is the allocation.
+DEEPSPEED_FLAGS = frozenset({
+    "module", "no_python", "no_local_rank", "no_ssh_check", "force_multi", "save_pid",
+    "elastic_training", "bind_cores_to_rank", "no_ssh"})
+DEEPSPEED_DERIVED = frozenset({
+    "H", "hostfile", "num_nodes", "num_gpus", "num_accelerators", "node_rank", "master_addr",
+    "master_port", "no_ssh", "no_ssh_check", "force_multi", "launcher", "launcher_args",
+    "ssh_port"})
 
 
 def _per_node_kind(texts: list[str]) -> Optional[tuple[str, int]]:
-    """``accelerate launch`` (kind accelerate) or ``tune run`` (a torchrun wrapper): the kind
-    and how many words the launcher itself is."""
+    """``accelerate launch`` (kind accelerate), ``deepspeed`` or ``tune run`` (a torchrun
+    wrapper): the kind and how many words the launcher itself is."""
     first = base(texts[0]) if texts else ""
     if first == "accelerate" and texts[1:2] == ["launch"]:
         return "accelerate", 2
+    if first == "deepspeed":
+        return "deepspeed", 1
     if first == "tune" and texts[1:2] == ["run"]:
         return "torchrun", 2
     return None
@@ -366,15 +378,16 @@ def _per_node(words: list[Field], kind: tuple[str, int], line: int, out: Launch,
     per_node["command"] = launcher_words
     notify(line, "mapped", " ".join(launcher_words), f"launcher.per_node (kind = {name!r}: "
            "one per node, slurmfabric supplies the node rank and the rendezvous)")
-    derived = ACCELERATE_DERIVED if name == "accelerate" else {
+    flags = {"accelerate": ACCELERATE_FLAGS, "deepspeed": DEEPSPEED_FLAGS}.get(name)
+    derived = {"accelerate": ACCELERATE_DERIVED, "deepspeed": DEEPSPEED_DERIVED}.get(name) or {
         n.replace("-", "_") for n in TORCHRUN_DERIVED | {"nproc-per-node"}}
     args: list[str] = []
     i = size
     while i < len(words) and words[i].text.startswith("-"):
         start = i
-        if name == "accelerate":
+        if flags is not None:
             key, eq, attached = words[i].text.lstrip("-").partition("=")
-            takes = not eq and key not in ACCELERATE_FLAGS and i + 1 < len(words)
+            takes = not eq and key not in flags and i + 1 < len(words)
             value = Field(attached) if eq else words[i + 1] if takes else None
             i += 2 if takes else 1
         else:
@@ -382,9 +395,13 @@ def _per_node(words: list[Field], kind: tuple[str, int], line: int, out: Launch,
         key = key.replace("-", "_")
         raw = " ".join(w.text for w in words[start:i])
         value = None if value is None else data(value, out.defaults)
+        if name == "deepspeed" and key in ("include", "exclude", "i", "e"):
+            notify(line, "unmapped", raw, "names hosts and GPUs of the script's hostfile; "
+                   "slurmfabric's hostfile is the allocation (not mapped)")
+            continue
         if key in derived:
             notify(line, "derived", raw, "slurmfabric supplies it on every node")
-            if key in ("num_processes", "nproc_per_node") and value is not None \
+            if key in ("num_processes", "nproc_per_node", "num_gpus") and value is not None \
                     and value.text.isdigit() and not job.get("gpus_per_node"):
                 per = int(value.text) // (job.get("nodes", 1) if key == "num_processes" else 1)
                 out.launcher["nproc_per_node"] = max(per, 1)
@@ -411,13 +428,8 @@ _RUNTIMES = {"singularity": "Apptainer/Singularity (other than 'exec')",
 
 def _unsupported(texts: list[str]) -> Optional[str]:
     """Why the program's first words are a form slurmfabric does not express yet, by
-    name: a launcher that runs once per node and starts its own workers, or a container
-    runtime other than pyxis. None when it is neither."""
+    name: a container runtime it has no form for. None when it is not one."""
     first = base(texts[0]) if texts else ""
-    if first in _PER_NODE and (_PER_NODE[first] is None or texts[1:2] == [_PER_NODE[first]]):
-        return (f"{first} starts its own workers once per node; slurmfabric has no "
-                "per-node launcher form for it, so each srun task runs it with a rank "
-                "environment of its own (not mapped: the rendered job differs)")
     if first in _RUNTIMES:
         return (f"{_RUNTIMES[first]} container: slurmfabric's config expresses pyxis "
                 "containers only (program.container_image); the image, binds and options "
