@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 from slurmfabric.testbed import Settings, Testbed, write_extra_conf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def breaker_limit(nodes: int, fraction: float = 0.1, min_nodes: int = 3) -> int:
 
 def sdiag_counts(env: dict[str, str]) -> dict[str, int]:
     """RPC counts by message type from ``sdiag`` (since the last ``sdiag --reset``)."""
-    out = slurmcmd.run(["sdiag"], env=env)
+    out = cmd.run(["sdiag"], env=env)
     section = out.split("by message type", 1)[-1].split("by user", 1)[0]
     return {m.group(1): int(m.group(2)) for m in map(_RPC_LINE.match, section.splitlines())
             if m}
@@ -169,7 +169,7 @@ def install_prolog(work: Path, config: Path, env: dict[str, str]) -> Path:
     """``health install-hooks`` with this config, and a timing wrapper around its prolog
     that leaves ``times/<node>`` = "start end exit" (date +%s.%N)."""
     exe = _shim(work)
-    slurmcmd.run([exe, "health", "install-hooks", str(work / "hooks"), "--bin", exe,
+    cmd.run([exe, "health", "install-hooks", str(work / "hooks"), "--bin", exe,
                   "--config", str(config), "--max-seconds", "40"], env=env, timeout=120)
     # Warm the bytecode cache once, as an installed package has it: the first hook would
     # otherwise compile slurmfabric on every node at once.
@@ -204,13 +204,13 @@ def _wait(predicate: Callable[[], object], timeout: float, what: str, step: floa
 
 def _reconfigure(testbed: Testbed, text: str) -> None:
     write_extra_conf(testbed.s, text)
-    slurmcmd.run(["scontrol", "reconfigure"], env=testbed.env())
+    cmd.run(["scontrol", "reconfigure"], env=testbed.env())
     time.sleep(1.0)  # slurmd rereads asynchronously
 
 
 def _drained(env: dict[str, str]) -> list[str]:
-    return sorted(r["NodeName"] for r in slurmcmd.show("node", env=env)
-                  if slurmcmd.node_state_flags(r.get("State", "")) & {"DRAIN", "DRAINED",
+    return sorted(r["NodeName"] for r in cmd.show("node", env=env)
+                  if cmd.node_state_flags(r.get("State", "")) & {"DRAIN", "DRAINED",
                                                                        "DRAINING"})
 
 
@@ -218,9 +218,9 @@ def settle(testbed: Testbed, timeout: float = 120) -> None:
     """Hooks off, every job gone, every node resumed and idle: the start of a drill."""
     env = testbed.env()
     _reconfigure(testbed, "")
-    slurmcmd.run(["scancel", "--partition", testbed.s.partition], env=env)
+    cmd.run(["scancel", "--partition", testbed.s.partition], env=env)
     for name in _drained(env):
-        slurmcmd.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], env=env)
+        cmd.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], env=env)
     testbed.wait_idle(timeout)
 
 
@@ -234,8 +234,8 @@ def run_drill(testbed: Testbed, drill: str, work: Path, timeout: float = 180) ->
     wrapper = install_prolog(work, config, env)
     settle(testbed)
     _reconfigure(testbed, f"Prolog={wrapper}\n")
-    slurmcmd.run(["sdiag", "--reset"], env=env)
-    job = slurmcmd.sbatch("#!/bin/sh\ntrue\n", ["-N", str(len(nodes)), "-t", "5",
+    cmd.run(["sdiag", "--reset"], env=env)
+    job = cmd.sbatch("#!/bin/sh\ntrue\n", ["-N", str(len(nodes)), "-t", "5",
                                                  "-o", "/dev/null", "-J", f"drill-{drill}"],
                           workdir=work, env=env).job_id
     times = work / "times"
@@ -246,7 +246,7 @@ def run_drill(testbed: Testbed, drill: str, work: Path, timeout: float = 180) ->
     starts = [float(r[0]) for r in rows.values()]
     ends = [float(r[1]) for r in rows.values()]
     drained = _drained(env)
-    slurmcmd.run(["scancel", job], env=env)
+    cmd.run(["scancel", job], env=env)
     settle(testbed)
     return DrillResult(drill, len(nodes), breaker_limit(len(nodes)), drained,
                        [float(r[1]) - float(r[0]) for r in rows.values()],

@@ -37,11 +37,12 @@ else:
         os.path.join(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], "examples")))
     _hypothesis_settings.load_profile("slurmfabric")
 
-# The test helpers (fake sysfs builder, fixture node descriptions, health fixtures) import
-# by their module names everywhere: their directories go on sys.path here, once.
+# The test helpers (fake sysfs builder, fixture node descriptions, health fixtures, the
+# fleet drills of benchmarks/) import by their module names everywhere: their directories
+# go on sys.path here, once (the only other insert is tests/corpus's runner).
 _TESTS = Path(__file__).resolve().parent
-for _helpers in (_TESTS / "fixtures" / "health", _TESTS / "fixtures" / "topology",
-                 _TESTS / "fixtures" / "pyslurm", _TESTS):
+for _helpers in (_TESTS.parent / "benchmarks", _TESTS / "fixtures" / "health",
+                 _TESTS / "fixtures" / "topology", _TESTS / "fixtures" / "pyslurm", _TESTS):
     if str(_helpers) not in sys.path:
         sys.path.insert(0, str(_helpers))
 

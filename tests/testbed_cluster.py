@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 from slurmfabric.testbed import Testbed, write_extra_conf
 
 
@@ -54,28 +54,28 @@ class Cluster:
 
     def submit(self, script: str, *sbatch_args: str, workdir: Path | None = None) -> str:
         workdir = workdir or self.jobs_dir()
-        job = slurmcmd.sbatch(script, list(sbatch_args), workdir=workdir, env=self.env)
+        job = cmd.sbatch(script, list(sbatch_args), workdir=workdir, env=self.env)
         return job.job_id
 
     def job(self, job_id: str) -> dict:
-        return slurmcmd.job(job_id, env=self.env)
+        return cmd.job(job_id, env=self.env)
 
     def wait(self, job_id: str, timeout: float = 180) -> str:
         """Poll until the job reaches a final state; return that state."""
-        record = slurmcmd.wait_job(job_id, timeout, poll=0.3, env=self.env)
-        return slurmcmd.job_state(record.get("JobState"))
+        record = cmd.wait_job(job_id, timeout, poll=0.3, env=self.env)
+        return cmd.job_state(record.get("JobState"))
 
     def sbatch_wait(self, script: str, *sbatch_args: str, timeout: float = 180,
                     workdir: Path | None = None) -> JobResult:
         job_id = self.submit(script, *sbatch_args, workdir=workdir)
         state = self.wait(job_id, timeout)
         record = self.job(job_id)
-        output = slurmcmd.read_output_file(record.get("StdOut", ""))
+        output = cmd.read_output_file(record.get("StdOut", ""))
         return JobResult(job_id, state, output, record)
 
     def node_state(self, name: str) -> tuple[str, str]:
-        record = slurmcmd.node(name, env=self.env)
-        return record.get("State", "UNKNOWN"), slurmcmd.node_reason(record)
+        record = cmd.node(name, env=self.env)
+        return record.get("State", "UNKNOWN"), cmd.node_reason(record)
 
     def set_extra_conf(self, text: str) -> None:
         """Rewrite the included slurm.conf fragment and make the daemons reread it."""

@@ -125,7 +125,7 @@ def _versions(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     from slurmfabric.health import drain, hooks, lemon, siteconfig
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     names = [args.node] if args.node else [hooks.node_name(os.environ)]
     if args.node and any(c in args.node for c in "[,"):
@@ -135,7 +135,7 @@ def _resume(args: argparse.Namespace) -> int:
     failed = 0
     for node in names:
         cfg = siteconfig.load(node, args.config)
-        record = slurmcmd.node(node)
+        record = cmd.node(node)
         reason = drain.current_reason(record)
         if not args.no_check and not _is_here(node):
             # The checks read this machine's GPUs and NICs: run under another node's name

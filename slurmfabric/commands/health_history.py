@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from slurmfabric._common import files
     from slurmfabric.errors import SlurmCommandError, UsageError
     from slurmfabric.health import history
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     if args.nodes and args.nodes.startswith("-"):
         raise UsageError(f"--nodes {args.nodes!r} is not a hostlist",
@@ -54,15 +54,14 @@ def run(args: argparse.Namespace) -> int:
     if start >= now:
         raise UsageError(f"--since {args.since:%Y-%m-%dT%H:%M:%S} is not in the past",
                          hint="give an earlier time, or --hours")
-    command = history.events_command(dt.datetime.fromtimestamp(start),
-                                     dt.datetime.fromtimestamp(now), args.nodes)
     try:
-        out = slurmcmd.run(command, timeout=60)
+        rows = cmd.node_events(dt.datetime.fromtimestamp(start),
+                                    dt.datetime.fromtimestamp(now), args.nodes)
     except SlurmCommandError as exc:
         raise UsageError(f"sacctmgr list events failed: {exc}",
                          hint="fleet history needs slurmdbd (AccountingStorageType="
                          "accounting_storage/slurmdbd) and sacctmgr on PATH") from None
-    events = history.parse_events(out)
+    events = history.parse_events(rows)
     nodes = history.summarize(events, now, args.undo_s)
     if args.prometheus:
         files.write_atomic(args.prometheus,

@@ -135,15 +135,15 @@ def _report(job, status, as_json: bool) -> int:
 def _follow(job, rank) -> int:
     path, seen = job.log_path(rank), 0
     while True:
-        from slurmfabric.slurm import cmd as slurmcmd
+        from slurmfabric.slurm import cmd
 
-        text = slurmcmd.read_output_file(path)
+        text = cmd.read_output_file(path)
         if len(text) > seen:
             sys.stdout.write(text[seen:])
             sys.stdout.flush()
             seen = len(text)
         if job.status().done:
-            rest = slurmcmd.read_output_file(path)[seen:]
+            rest = cmd.read_output_file(path)[seen:]
             sys.stdout.write(rest)
             return 0
         time.sleep(0.5)

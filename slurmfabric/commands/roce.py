@@ -155,6 +155,7 @@ def _audit(args: argparse.Namespace) -> int:
     from slurmfabric._common.executable import this_executable
     from slurmfabric.job import submit
     from slurmfabric.job.render import environment
+    from slurmfabric.slurm import steps
     from slurmfabric.slurm.hostlist import expand
 
     if args.switch:
@@ -175,19 +176,14 @@ def _audit(args: argparse.Namespace) -> int:
              "--tool-timeout", f"{args.tool_timeout:g}"]
     if args.sysfs_root:
         facts += ["--sysfs-root", args.sysfs_root]
-    directives = ["--job-name=sf-roce-audit", f"--nodes={len(nodes)}",
-                  f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
-                  f"--output={results / 'job-%j.out'}"]
-    if args.partition:
-        directives.append(f"--partition={args.partition}")
-    if args.time_limit:
-        directives.append(f"--time={args.time_limit}")
-    directives += args.sbatch_arg
+    directives = [*steps.pinned_job_options(
+        nodes, job_name="sf-roce-audit", output=results / "job-%j.out",
+        partition=args.partition, time_limit=args.time_limit), *args.sbatch_arg]
     from slurmfabric import __version__
 
     script = environment().get_template("roce-audit.sh.j2").render(
         directives=directives, facts=facts, interval=f"{args.interval:g}",
-        step=[f"--nodes={len(nodes)}", "--ntasks-per-node=1"], nodes=nodes,
+        step=steps.exact_step_options(len(nodes), 1, exact=False), nodes=nodes,
         results=str(results), version=__version__)
     request = submit.SubmitRequest(script=script, backend="sbatch", workdir=str(results))
     if args.dry_run:

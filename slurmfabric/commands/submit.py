@@ -104,16 +104,16 @@ def _wait_resumable(job_key: str, timeout: float, config, workdir: str | None) -
     from slurmfabric.job.render import checkpoint_dir
     from slurmfabric.restart.follow import wait_run
     from slurmfabric.restart.report import format_history, history
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     base = os.path.join(workdir or os.getcwd(), config.program.workdir or "")
     directory = os.path.join(base, checkpoint_dir(config))
     job_id, cluster = parse_job_id(job_key)
     last, record = wait_run(job_id, directory, timeout, cluster=cluster)
-    state = slurmcmd.job_state(record.get("JobState"))
+    state = cmd.job_state(record.get("JobState"))
     out_path = record.get("StdOut", "")
     print(f"job {last} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
-    sys.stdout.write(slurmcmd.read_output_file(out_path))
+    sys.stdout.write(cmd.read_output_file(out_path))
     found = history(directory, job_id)
     if found is not None:
         print(format_history(found))
@@ -123,14 +123,14 @@ def _wait_resumable(job_key: str, timeout: float, config, workdir: str | None) -
 def _wait_and_show(job_key: str, timeout: float) -> int:
     """Wait for the job, print its output file, and turn its state into an exit code."""
     from slurmfabric.job.follow import Job, parse_job_id
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     job_id, cluster = parse_job_id(job_key)  # 123;cluster: every command gets --clusters
-    record = slurmcmd.wait_job(job_id, timeout, cluster=cluster)
-    state = slurmcmd.job_state(record.get("JobState"))
+    record = cmd.wait_job(job_id, timeout, cluster=cluster)
+    state = cmd.job_state(record.get("JobState"))
     out_path = record.get("StdOut", "")
     print(f"job {job_key} {state} (exit {record.get('ExitCode', '?')}); output: {out_path}")
-    sys.stdout.write(slurmcmd.read_output_file(out_path))
+    sys.stdout.write(cmd.read_output_file(out_path))
     if state != "COMPLETED":
         print(Job(job_id, cluster).summary().text())
     return 0 if state == "COMPLETED" else 1

@@ -20,7 +20,7 @@ Every caller passes one ``DrainPolicy``, built once from the site config (``[run
 no function here loads the site config behind its caller.
 
 Two backends talk to slurmctld, chosen by the site config (``[runner] drain_backend``):
-``scontrol`` (default, through slurmcmd) and ``pyslurm``. pyslurm is GPL and optional: the
+``scontrol`` (default, through slurm/cmd.py) and ``pyslurm``. pyslurm is GPL and optional: the
 site installs it (built for its exact Slurm version); it is imported only inside that backend,
 so the hook path never loads it unless configured. Both apply the same rules above.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from slurmfabric._common import files
 from slurmfabric.errors import ConfigError, HealthError, SlurmCommandError
 from slurmfabric.health import lemon, siteconfig
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 PREFIX = "slurmfabric:"
 SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
@@ -136,7 +136,7 @@ def make_reason(check: str, detail: str) -> str:
 
 def current_reason(record: dict[str, str]) -> str:
     """The node's Reason without Slurm's ``[user@time]`` stamp ('' when there is none)."""
-    return _STAMP.sub("", slurmcmd.node_reason(record))
+    return _STAMP.sub("", cmd.node_reason(record))
 
 
 def reason_check(reason: str) -> str:
@@ -171,7 +171,7 @@ _DRAIN_FLAGS = {"DRAIN", "DRAINED", "DRAINING"}
 
 
 class ScontrolBackend:
-    """``scontrol show -o node`` / ``scontrol update`` through slurmcmd (the default)."""
+    """``scontrol show -o node`` / ``scontrol update`` through slurm/cmd.py (the default)."""
 
     name = "scontrol"
 
@@ -179,14 +179,14 @@ class ScontrolBackend:
         self.env = env
 
     def nodes(self) -> list[dict[str, str]]:
-        return slurmcmd.show("node", env=self.env)
+        return cmd.show("node", env=self.env)
 
     def node(self, name: str) -> dict[str, str]:
-        return slurmcmd.node(name, env=self.env)
+        return cmd.node(name, env=self.env)
 
     def update(self, name: str, state: str, reason: str | None = None) -> None:
         fields = {"State": state} if reason is None else {"State": state, "Reason": reason}
-        slurmcmd.update_node(name, env=self.env, **fields)
+        cmd.update_node(name, env=self.env, **fields)
 
 
 class PyslurmBackend:
@@ -285,7 +285,7 @@ def drain(node: str, check: str, detail: str, policy: DrainPolicy,
     existing = current_reason(mine)
     if existing and not is_ours(existing):
         return DrainOutcome(KEPT_FOREIGN, reason, f"node already has reason {existing!r}")
-    flags = slurmcmd.node_state_flags(mine.get("State", ""))
+    flags = cmd.node_state_flags(mine.get("State", ""))
     if existing and flags & _DRAIN_FLAGS and reason_check(existing) == check and (
             existing == reason or lemon.is_lemon(existing)):
         return DrainOutcome(ALREADY, existing)
@@ -357,7 +357,7 @@ def resume_if_ours(node: str, policy: DrainPolicy, env: dict[str, str] | None = 
     state_dir = policy.state_dir
     be = backend_for(policy.backend, policy.env(env))
     record = be.node(node)
-    flags = slurmcmd.node_state_flags(record.get("State", ""))
+    flags = cmd.node_state_flags(record.get("State", ""))
     if not flags & _DRAIN_FLAGS or not _ours(record, node, state_dir):
         return False
     if lemon.is_lemon(current_reason(record)) and not clear_lemon:
@@ -381,7 +381,7 @@ def burnin_refusals(nodes: list[str], policy: DrainPolicy,
     refused = []
     for node in nodes:
         record = be.node(node)
-        if slurmcmd.node_state_flags(record.get("State", "")) & _DRAIN_FLAGS and not (
+        if cmd.node_state_flags(record.get("State", "")) & _DRAIN_FLAGS and not (
                 _ours(record, node, policy.state_dir) or in_burnin(node, policy.state_dir)):
             refused.append(f"{node} ({current_reason(record) or 'no reason'})")
     return refused
@@ -397,7 +397,7 @@ def release_for_burnin(node: str, policy: DrainPolicy,
     be = backend_for(policy.backend, policy.env(env))
     record = be.node(node)
     reason = current_reason(record)
-    if not slurmcmd.node_state_flags(record.get("State", "")) & _DRAIN_FLAGS:
+    if not cmd.node_state_flags(record.get("State", "")) & _DRAIN_FLAGS:
         return NOT_DRAINED, reason
     if not _ours(record, node, state_dir):
         return KEPT_FOREIGN, reason

@@ -1,6 +1,7 @@
 """Fleet history: drains, resumes, flaps and lemon nodes over time, from Slurm's own records.
 
-Source: slurmdbd's node events (``sacctmgr list events``, sacctmgr(1), "LIST/SHOW EVENT").
+Source: slurmdbd's node events (``sacctmgr list events``, sacctmgr(1), "LIST/SHOW EVENT";
+read by ``slurm.cmd.node_events``).
 slurmctld records every change of a node to DRAIN or DOWN there, with the reason, the user
 and a start time, and closes the event (its end time) when the node is resumed. That covers
 every drain on every node, by slurmfabric's hooks, by an admin or by Slurm itself ("Prolog
@@ -22,26 +23,15 @@ Definitions (per node, in the window):
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from slurmfabric.health import lemon
 
-FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "User", "Reason")  # Reason last: '|'
 OURS = "slurmfabric:"
 SLURM_REASONS = ("Prolog error", "Epilog error", "Not responding", "Kill task failed",
                  "batch job complete failure", "cold-start")
 DEFAULT_UNDO_S = 30.0
-
-
-def events_command(start: dt.datetime, end: dt.datetime, nodes: str | None = None) -> list[str]:
-    """``sacctmgr -n -P list events``: node events overlapping [start, end]."""
-    cmd = ["sacctmgr", "-n", "-P", "list", "events", "Event=Node",
-           f"Start={start:%Y-%m-%dT%H:%M:%S}", f"End={end:%Y-%m-%dT%H:%M:%S}",
-           "Format=" + ",".join(FIELDS)]
-    if nodes:
-        cmd.append(f"Nodes={nodes}")
-    return cmd
 
 
 @dataclass(frozen=True)
@@ -71,15 +61,12 @@ def _time(text: str) -> float | None:
     return dt.datetime.fromisoformat(text).timestamp()  # sacctmgr prints local time
 
 
-def parse_events(text: str) -> list[Event]:
-    """``events_command`` output -> node drain/down events, oldest first. Rows without a
-    node (cluster events) or without DRAIN/DOWN in the state (cold-start) are skipped."""
+def parse_events(rows: Iterable[Mapping[str, str]]) -> list[Event]:
+    """slurmdbd's node event rows (``slurm.cmd.node_events``) -> drain/down events, oldest
+    first. Rows without a node (cluster events) or without DRAIN/DOWN in the state
+    (cold-start) are skipped."""
     events = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        values = line.split("|", len(FIELDS) - 1)
-        row = dict(zip(FIELDS, values + [""] * (len(FIELDS) - len(values))))
+    for row in rows:
         state = row["State"].upper()
         start = _time(row["TimeStart"])
         if not row["NodeName"] or start is None or not ("DRAIN" in state or "DOWN" in state):

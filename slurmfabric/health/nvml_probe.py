@@ -74,7 +74,7 @@ def _gpu(nv, index: int) -> dict[str, object]:
 
 
 def _limits(nv, handle) -> dict[str, object]:
-    """Power limits (mW -> W) and clocks (MHz) for gpu.clocks (health/clocks.py keys), from
+    """Power limits (mW -> W) and clocks (MHz) for gpu.clocks (health/checks/clocks.py keys), from
     the NVML device queries of the same names (NVML API reference, Device Queries). Any
     error reads as None: these fields never fail the other GPU checks."""
     def get(func_name: str, *args: object) -> object:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slurmfabric._common.files import write_atomic
 from slurmfabric.errors import SlurmCommandError, UsageError
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 # srun(1) reports each failed task group on stderr; these are its own words.
 _SRUN_TASK = re.compile(
@@ -131,7 +131,7 @@ class Status:
 
     @property
     def done(self) -> bool:
-        return self.state in slurmcmd.FINAL_STATES
+        return self.state in cmd.FINAL_STATES
 
     @property
     def key(self) -> str:
@@ -278,24 +278,24 @@ class Job:
 
     def status(self) -> Status:
         """From slurmctld while it knows the job, else from accounting."""
-        r = slurmcmd.job_if_known(self.job_id, env=self.env, cluster=self.cluster)
+        r = cmd.job_if_known(self.job_id, env=self.env, cluster=self.cluster)
         if r is None:
             return self._from_accounting()
         restarts = r.get("Restarts", "0")
         return Status(job_id=self.job_id, cluster=self.cluster,
-                      state=slurmcmd.job_state(r.get("JobState")),
+                      state=cmd.job_state(r.get("JobState")),
                       reason=r.get("Reason", ""), nodes=r.get("NodeList", ""),
                       elapsed=r.get("RunTime", ""), exit_code=r.get("ExitCode", ""),
                       restarts=int(restarts) if restarts.isdigit() else 0,
                       stdout=r.get("StdOut", ""))
 
     def _from_accounting(self) -> Status:
-        row = slurmcmd.accounting_job(self.job_id, env=self.env, cluster=self.cluster)
+        row = cmd.accounting_job(self.job_id, env=self.env, cluster=self.cluster)
         if row is None:
             raise SlurmCommandError(f"job {self.key} is known neither to slurmctld nor to "
                                     "accounting", hint="check the id (and its ;cluster)")
         return Status(job_id=self.job_id, cluster=self.cluster,
-                      state=slurmcmd.job_state(row["State"]),
+                      state=cmd.job_state(row["State"]),
                       exit_code=row["ExitCode"], elapsed=row["Elapsed"],
                       nodes=row["NodeList"], reason=row["Reason"], source="sacct",
                       stdout=self._output_path())
@@ -309,12 +309,12 @@ class Job:
 
     def wait(self, timeout: float = 3600, poll: float = 1.0) -> Status:
         """Until the job ends, following it into accounting once slurmctld forgets it."""
-        return slurmcmd.wait_until(self.status, lambda status: status.state, timeout, poll,
+        return cmd.wait_until(self.status, lambda status: status.state, timeout, poll,
                                    what=f"job {self.key}",
                                    hint=f"slurmfabric jobs status '{self.key}'")
 
     def cancel(self, signal: str | None = None) -> None:
-        slurmcmd.cancel(self.job_id, self.cluster, signal, env=self.env)
+        cmd.cancel(self.job_id, self.cluster, signal, env=self.env)
 
     def log_path(self, rank: int | None = None) -> str:
         if rank is not None:
@@ -329,27 +329,27 @@ class Job:
         return self.status().stdout or self._output_path()
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
-        text = slurmcmd.read_output_file(self.log_path(rank))
+        text = cmd.read_output_file(self.log_path(rank))
         if tail is not None:
             text = "\n".join(text.splitlines()[-tail:]) + ("\n" if text else "")
         return text
 
     def summary(self) -> Summary:
         status = self.status()
-        output = slurmcmd.read_output_file(status.stdout or self._output_path())
+        output = cmd.read_output_file(status.stdout or self._output_path())
         drains: dict[str, str] = {}
         if status.nodes:
             try:  # one scontrol call for every node, not one per node of a large job
                 ours = set(_expand(status.nodes))
-                for record in slurmcmd.show("node", env=self.env, cluster=self.cluster):
-                    reason = slurmcmd.node_reason(record)
+                for record in cmd.show("node", env=self.env, cluster=self.cluster):
+                    reason = cmd.node_reason(record)
                     if record.get("NodeName") in ours and reason.startswith("slurmfabric:"):
                         drains[record["NodeName"]] = reason
             except SlurmCommandError:
                 pass
         s = summarize(self.key, status.state, status.exit_code, output, drains)
         if s.first is not None and self.record is not None and self.record.task_output:
-            own = slurmcmd.read_output_file(self.log_path(s.first.rank))
+            own = cmd.read_output_file(self.log_path(s.first.rank))
             if own:
                 s.tail = own.splitlines()[-TAIL:]
         return s

@@ -1,7 +1,7 @@
 """Submission: config -> typed request (no I/O) -> dry run, ``sbatch --test-only`` or submit.
 
 The request is all a dry run prints: the exact command and the exact script. Backends:
-``sbatch`` (through slurmcmd, the one module that runs Slurm commands) and ``pyslurm``
+``sbatch`` (through slurm/cmd.py, the one module that runs Slurm commands) and ``pyslurm``
 (optional, imported only when used, checked against the running Slurm's version).
 """
 
@@ -17,7 +17,7 @@ from slurmfabric.config.models import JobConfig
 from slurmfabric.errors import SlurmCommandError, UsageError
 from slurmfabric.job import options
 from slurmfabric.job.render import render_sbatch
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 from slurmfabric.slurm import pyslurm as slurm_pyslurm
 
 BACKENDS = ("sbatch", "pyslurm", "auto")
@@ -49,10 +49,10 @@ class SubmitRequest:
         it has arguments)."""
         tail = ["SCRIPT", *self.script_args] if self.script_args else []
         if self.test_only:
-            return [*slurmcmd.sbatch_test_only_command(self.all_sbatch_args()), *tail]
+            return [*cmd.sbatch_test_only_command(self.all_sbatch_args()), *tail]
         if self.backend == "pyslurm":
             return ["pyslurm.JobSubmitDescription(**fields, script=SCRIPT).submit()"]
-        return [*slurmcmd.sbatch_command(self.all_sbatch_args()), *tail]
+        return [*cmd.sbatch_command(self.all_sbatch_args()), *tail]
 
     def environment(self) -> Optional[dict[str, str]]:
         """sbatch's environment: this one plus the parameters (None: unchanged)."""
@@ -102,7 +102,7 @@ def resolve_backend(name: str, config: Optional[JobConfig] = None, *,
         if config is not None:
             pyslurm_fields(config, version=version)
         if not dry_run:
-            slurm_pyslurm.check_version(version, slurmcmd.slurm_version())
+            slurm_pyslurm.check_version(version, cmd.slurm_version())
     except (UsageError, SlurmCommandError):
         return "sbatch"
     return "pyslurm"
@@ -167,11 +167,11 @@ def submit(request: SubmitRequest) -> str:
     args, env = request.all_sbatch_args(), request.environment()
     script_args = list(request.script_args)
     if request.test_only:
-        return slurmcmd.sbatch_test_only(request.script, args, workdir=request.workdir,
+        return cmd.sbatch_test_only(request.script, args, workdir=request.workdir,
                                          env=env, script_args=script_args).strip()
     if request.backend == "pyslurm":
         return str(_submit_pyslurm(request))
-    return str(slurmcmd.sbatch(request.script, args, workdir=request.workdir, env=env,
+    return str(cmd.sbatch(request.script, args, workdir=request.workdir, env=env,
                                script_args=script_args))
 
 

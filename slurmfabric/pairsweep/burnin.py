@@ -33,10 +33,10 @@ def release(nodes: list[str], reservation: str, policy: DrainPolicy) -> list[tup
     missing or a node carries someone else's drain reason."""
     from slurmfabric.errors import SlurmCommandError
     from slurmfabric.health import drain as drain_mod
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     try:
-        slurmcmd.show("reservation", reservation)
+        cmd.show("reservation", reservation)
     except SlurmCommandError as exc:
         raise UsageError(f"--burn-in {reservation}: no such reservation ({exc})", hint=(
             f"create it first, e.g. scontrol create reservation ReservationName={reservation} "

@@ -169,28 +169,15 @@ def render_script(plan: SweepPlan) -> str:
     passes a quoting filter, and an ``--sbatch-arg`` that is not one plain option is refused
     (exit 2) like any ``#SBATCH`` value."""
     from slurmfabric.job.render import environment
+    from slurmfabric.slurm import steps
 
-    directives = [
-        f"--job-name={plan.job_name}",
-        f"--nodes={len(plan.nodes)}",
-        f"--nodelist={','.join(plan.nodes)}",
-        f"--ntasks-per-node={plan.tasks_per_node}",
-        f"--output={plan.results / 'job-%j.out'}",
-    ]
-    if plan.partition:
-        directives.append(f"--partition={plan.partition}")
-    if plan.time_limit:
-        directives.append(f"--time={plan.time_limit}")
-    if plan.gpus_per_node:
-        directives.append(f"--gpus-per-node={plan.gpus_per_node}")
-    directives += plan.sbatch_args
-    step = ["--nodes=2", f"--ntasks={2 * plan.tasks_per_node}",
-            f"--ntasks-per-node={plan.tasks_per_node}", "--exact"]
-    if plan.gpus_per_node:
-        step.append(f"--gpus-per-node={plan.gpus_per_node}")
-    if plan.mpi:
-        step.append(f"--mpi={plan.mpi}")
-    step += plan.srun_args
+    directives = [*steps.pinned_job_options(
+        plan.nodes, job_name=plan.job_name, tasks_per_node=plan.tasks_per_node,
+        output=plan.results / "job-%j.out", partition=plan.partition,
+        time_limit=plan.time_limit, gpus_per_node=plan.gpus_per_node), *plan.sbatch_args]
+    step = [*steps.exact_step_options(2, plan.tasks_per_node,
+                                      gpus_per_node=plan.gpus_per_node, mpi=plan.mpi),
+            *plan.srun_args]
     batch = plan.pattern == "k-batch"
     rounds = [{"tag": f"{i + 1:02d}", "pairs": [] if batch else rnd,
                "groups": [(group_name(j), len(g), ",".join(g)) for j, g in enumerate(rnd)]
@@ -199,9 +186,8 @@ def render_script(plan: SweepPlan) -> str:
                    f"{len(rnd)} groups" if batch else " ".join(f"{a}+{b}" for a, b in rnd))}
               for i, rnd in enumerate(plan.rounds)]
     group_step = step[2:]  # run_group gives --nodes and --ntasks per group
-    gpu_step = ["--nodes", str(len(plan.nodes)), "--ntasks-per-node=1", "--exact"]
-    if plan.gpus_per_node:
-        gpu_step.append(f"--gpus-per-node={plan.gpus_per_node}")
+    gpu_step = ["--nodes", str(len(plan.nodes)),
+                *steps.exact_step_options(None, 1, gpus_per_node=plan.gpus_per_node)]
     text = environment().get_template("pairs.sh.j2").render(
         plan=plan, directives=directives, step=step, rounds=rounds, gpu_step=gpu_step,
         group_step=group_step,

@@ -63,16 +63,6 @@ def _bond_of(topo: Topology, port: RdmaPort, bonds: set[str]) -> str | None:
     return None
 
 
-def routable_gid(port: RdmaPort, family: str) -> Gid | None:
-    """NCCL >= 2.21's own pick: RoCE v2, not link-local, IPv4-mapped unless AF_INET6."""
-    for gid in port.gids:
-        if not gid.is_v2 or gid.is_link_local:
-            continue
-        if (family == "AF_INET6") != gid.is_ipv4_mapped:
-            return gid
-    return None
-
-
 class GidPolicy:
     """The site's choice among a rail's routable GIDs: NCCL_IB_ADDR_RANGE (NCCL >= 2.21
     honours the same range itself, NCCL env docs) and/or the VLAN whose netdev carries the

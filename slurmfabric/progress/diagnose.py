@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -278,22 +276,12 @@ def _flight(dumps: dict[int, dict[str, object]]) -> list[dict[str, object]]:
     return notes
 
 
-def collector_argv(job_id: str, cluster: str | None = None, python: str | None = None,
-                   progress_dir: str | None = None, flight_prefix: str | None = None,
-                   nodes: int | None = None) -> list[str]:
-    """The one srun step that runs the collector on every node of the job.
-
-    ``nodes``: the job's node count, given as ``--nodes`` and ``--ntasks``. Without them
-    srun takes the counts from its environment: inside the batch shell SLURM_NTASKS is the
-    job's task count (two collectors per node, each naming every rank, then attaching
-    py-spy to the same process twice), and outside any job srun runs one task."""
-    from slurmfabric.slurm import cmd as slurmcmd
-
-    counts = [f"--nodes={nodes}", f"--ntasks={nodes}"] if nodes else []
-    argv = ["srun", "--overlap", f"--jobid={job_id}", *slurmcmd.cluster_args(cluster),
-            *counts, "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--label", "--quiet",
-            "--job-name=slurmfabric-diagnose", "--",
-            python or sys.executable, "-m", "slurmfabric.progress.collect", job_id]
+def collector_command(job_id: str, python: str | None = None,
+                      progress_dir: str | None = None,
+                      flight_prefix: str | None = None) -> list[str]:
+    """The collector each node runs, in the one ``srun --overlap`` step of ``diagnose``
+    (slurm/steps.overlap_step: one task per node)."""
+    argv = [python or sys.executable, "-m", "slurmfabric.progress.collect", job_id]
     if progress_dir:
         argv += ["--progress-dir", progress_dir]
     if flight_prefix:
@@ -321,10 +309,10 @@ def parse_output(text: str) -> list[dict[str, object]]:
 def _node_count(job_id: str, env: dict[str, str] | None, cluster: str | None) -> int | None:
     """The job's NumNodes from scontrol; None when it cannot say (srun then decides)."""
     from slurmfabric.errors import SlurmfabricError
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
     try:
-        record = slurmcmd.job(job_id, env=env, cluster=cluster)
+        record = cmd.job(job_id, env=env, cluster=cluster)
     except (SlurmfabricError, OSError):
         return None
     count = str(record.get("NumNodes", "")).split("-")[0]
@@ -335,17 +323,13 @@ def diagnose(job_id: str, cluster: str | None = None, timeout: float = 60.0,
              progress_dir: str | None = None, flight_prefix: str | None = None,
              env: dict[str, str] | None = None) -> Diagnosis:
     """Run the collector step on the job's nodes and analyse what it printed."""
-    argv = collector_argv(job_id, cluster, progress_dir=progress_dir,
-                          flight_prefix=flight_prefix, nodes=_node_count(job_id, env, cluster))
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              env=env if env is not None else dict(os.environ), check=False)
-    except FileNotFoundError as exc:
-        raise SlurmCommandError("srun: command not found",
-                                hint="run diagnose where Slurm's client commands are") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SlurmCommandError(f"the collector step did not return within {timeout:g} s"
-                                ) from exc
+    from slurmfabric.slurm import steps
+
+    done = steps.overlap_step(
+        job_id, collector_command(job_id, progress_dir=progress_dir,
+                                  flight_prefix=flight_prefix),
+        timeout=timeout, cluster=cluster, nodes=_node_count(job_id, env, cluster),
+        job_name="slurmfabric-diagnose", env=env)
     records = parse_output(done.stdout)
     if not records and done.returncode != 0:
         raise SlurmCommandError(f"srun failed: {(done.stderr or '').strip() or done.returncode}")

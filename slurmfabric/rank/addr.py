@@ -8,9 +8,9 @@ from slurmfabric.errors import RankEnvError
 
 
 def slurm_node_addr(host: str) -> str:
-    from slurmfabric.slurm import cmd as slurmcmd
+    from slurmfabric.slurm import cmd
 
-    return slurmcmd.node(host).get("NodeAddr", "")
+    return cmd.node(host).get("NodeAddr", "")
 
 
 def interface_ipv4(name: str) -> str:

@@ -12,7 +12,7 @@ import time
 
 from slurmfabric.errors import SlurmCommandError
 from slurmfabric.restart import events
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 ON_THE_WAY_BACK = frozenset({"PREEMPTED", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD",
                              "REQUEUE_FED"})
@@ -20,7 +20,7 @@ SETTLE = 30  # seconds a job in ON_THE_WAY_BACK gets to show up pending again
 
 
 def _state(record: dict[str, str]) -> str:
-    return slurmcmd.job_state(record.get("JobState"))
+    return cmd.job_state(record.get("JobState"))
 
 
 def successor_of(directory: str, job_id: str) -> str | None:
@@ -43,14 +43,14 @@ def wait_run(job_id: str, directory: str, timeout: float, poll: float = 1.0,
         if left <= 0:
             raise SlurmCommandError(f"job {current} has not ended after {timeout:g} s",
                                     hint=f"scontrol show job {current}")
-        record = slurmcmd.wait_job(current, left, poll=poll, env=env, cluster=cluster)
+        record = cmd.wait_job(current, left, poll=poll, env=env, cluster=cluster)
         if _state(record) in ON_THE_WAY_BACK and record.get("Requeue") == "1":
             # Give Slurm up to SETTLE seconds to requeue it; if it does not, this is the end.
-            record = slurmcmd.wait_job(
+            record = cmd.wait_job(
                 current, min(SETTLE, deadline - time.monotonic()), poll=poll, env=env,
                 cluster=cluster,
                 done=lambda state: state not in ON_THE_WAY_BACK, raise_on_timeout=False)
-            if _state(record) not in slurmcmd.FINAL_STATES:
+            if _state(record) not in cmd.FINAL_STATES:
                 continue  # pending or running again
         successor = successor_of(directory, current)
         if successor and successor != current:

@@ -47,7 +47,7 @@ from slurmfabric.errors import SlurmCommandError
 from slurmfabric.progress.watch import Finding
 from slurmfabric.restart import Checkpoints, events
 from slurmfabric.restart.hang import Watcher, culprits
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 if TYPE_CHECKING:
     from slurmfabric.job.follow import TaskFailure
@@ -147,11 +147,11 @@ class Supervisor:
         if not nodelist:
             return []
         try:
-            states = slurmcmd.node_states(nodelist, env=self.job.env)
+            states = cmd.node_states(nodelist, env=self.job.env)
         except SlurmCommandError:
             return []
         return sorted(node for node, state in states.items()
-                      if slurmcmd.node_state_flags(state) & BAD_NODE_FLAGS)
+                      if cmd.node_state_flags(state) & BAD_NODE_FLAGS)
 
     # -- start -----------------------------------------------------------------------------
 
@@ -273,7 +273,7 @@ class Supervisor:
     def _warning(self) -> int | None:
         """The time-limit warning: checkpoint, stop, requeue. None: not a timeout after all."""
         try:
-            left = slurmcmd.time_left(self.job.job_id, env=self.job.env)
+            left = cmd.time_left(self.job.job_id, env=self.job.env)
         except SlurmCommandError:
             left = None
         if left is not None and left > self.o.grace + 60:
@@ -318,7 +318,7 @@ class Supervisor:
     def _terminated(self, name: str) -> int:
         """Slurm ends the job: preemption, node failure, scancel or the hard time limit."""
         try:
-            record = slurmcmd.job(self.job.job_id, env=self.job.env)
+            record = cmd.job(self.job.job_id, env=self.job.env)
         except SlurmCommandError:
             record = {}
         restarts = record.get("Restarts", "")
@@ -327,7 +327,7 @@ class Supervisor:
         reason = "node_fail" if bad else "preempt" if requeued else "cancelled"
         self._ask_checkpoint()
         self._log("end", reason=reason, signal=name, nodes=bad,
-                  job_state=slurmcmd.job_state(record.get("JobState")),
+                  job_state=cmd.job_state(record.get("JobState")),
                   step_reached=self._reached(), checkpoint_step=self._latest_step(),
                   action="requeued by slurm" if requeued else "none")
         what = {"node_fail": f"node failure ({', '.join(bad)})", "preempt": "preempted",
@@ -439,11 +439,10 @@ class Supervisor:
         if this shell died between the calls; a plain requeue at worst restarts without
         the exclusion."""
         try:
-            record = slurmcmd.job(self.job.job_id, env=self.job.env)
+            record = cmd.job(self.job.job_id, env=self.job.env)
             have = record.get("ExcNodeList", "")
             nodes = ",".join([*([have] if have and have != "(null)" else []), *self.exclude])
-            slurmcmd.run(["scontrol", "update", f"JobId={self.job.target}",
-                          f"ExcNodeList={nodes}"], env=self.job.env)
+            cmd.update_job(self.job.target, env=self.job.env, ExcNodeList=nodes)
             _say(f"excluded {', '.join(self.exclude)} from the next start")
         except SlurmCommandError as error:
             _say(f"could not exclude {', '.join(self.exclude)}: {error}")
@@ -487,7 +486,7 @@ class Supervisor:
         if self.o.mode == "chain":
             if not self.o.script:
                 raise SlurmCommandError("chain mode needs the job script (--script)")
-            successor = slurmcmd.sbatch_file(self.o.script, [
+            successor = cmd.sbatch_file(self.o.script, [
                 *([f"--exclude={','.join(self.exclude)}"] if self.exclude else []),
                 f"--dependency=afterany:{self.job.job_id}",
                 f"--export=ALL,SLURMFABRIC_CHAIN_COUNT={self.job.chain + 1},"
@@ -499,7 +498,7 @@ class Supervisor:
             # signals stay ignored across exec (signal(7)), so it finishes. SIGKILL
             # follows only after KillWait.
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        slurmcmd.requeue(self.job.target, env=self.job.env)
+        cmd.requeue(self.job.target, env=self.job.env)
         if self.exclude:
             self._exclude_on_requeue()
         return f"requeued {self.job.target}", None

@@ -22,10 +22,12 @@ from slurmfabric.errors import SlurmCommandError, SubmitError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import datetime as dt
     from collections.abc import Callable
-    from typing import TypeVar
+    from typing import TypeVar, Union
 
     T = TypeVar("T")
+    PathArg = Union[str, os.PathLike[str], None]  # a command's working directory
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,10 @@ def _execute(
     env: dict[str, str] | None,
     cwd: str | os.PathLike[str] | None,
     error: type[SlurmCommandError],
+    check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm command; a missing binary, a timeout or a non-zero exit raise ``error``
-    quoting the command's own text verbatim."""
+    """Run a Slurm command; a missing binary, a timeout or (``check``) a non-zero exit raise
+    ``error`` quoting the command's own text verbatim."""
     try:
         proc = subprocess.run(
             cmd, input=input, capture_output=True, text=True, timeout=timeout,
@@ -81,7 +84,7 @@ def _execute(
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise error(f"{' '.join(cmd[:3])} did not return within {timeout:g} s") from exc
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
         raise error(f"{cmd[0]} failed: {detail}")
     return proc
@@ -104,26 +107,26 @@ def sbatch_command(args: list[str] | None = None) -> list[str]:
     return ["sbatch", "--parsable", *(args or [])]
 
 
-def sbatch(
-    script_text: str,
-    args: list[str] | None = None,
-    workdir: str | os.PathLike[str] | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 60,
-    script_args: list[str] | None = None,
-) -> JobId:
-    """Submit a script text through ``sbatch --parsable`` (script on stdin) and parse the id.
-    With ``script_args`` (the script's own "$@") the script goes as a file instead: sbatch
-    takes arguments only after a script path (sbatch(1): ``sbatch [OPTIONS...] script
-    [args...]``); Slurm keeps its own copy, so the temporary file goes when sbatch is done."""
-    if script_args:
-        with _script_file(script_text) as path:
-            out = run([*sbatch_command(args), path, *script_args], timeout=timeout, env=env,
-                      cwd=workdir, error=SubmitError)
-    else:
-        out = run(sbatch_command(args), timeout=timeout, input=script_text, env=env,
-                  cwd=workdir, error=SubmitError)
-    return parse_parsable_jobid(out)
+def sbatch(script_text: str, args: list[str] | None = None, workdir: PathArg = None,
+           env: dict[str, str] | None = None, timeout: float = 60,
+           script_args: list[str] | None = None) -> JobId:
+    """Submit a script text through ``sbatch --parsable`` and parse the id."""
+    proc = _sbatch_run(sbatch_command(args), script_text, workdir, env, timeout, script_args)
+    return parse_parsable_jobid(proc.stdout)
+
+
+def _sbatch_run(command: list[str], script_text: str, workdir: PathArg,
+                env: dict[str, str] | None, timeout: float,
+                script_args: list[str] | None) -> subprocess.CompletedProcess[str]:
+    """sbatch with the script on stdin; with ``script_args`` (the script's own "$@") the
+    script goes as a file instead: sbatch takes arguments only after a script path
+    (sbatch(1): ``sbatch [OPTIONS...] script [args...]``); Slurm keeps its own copy, so the
+    temporary file goes when sbatch is done."""
+    if not script_args:
+        return _execute(command, timeout, script_text, env, workdir, SubmitError)
+    with _script_file(script_text) as path:
+        return _execute([*command, path, *script_args], timeout, None, env, workdir,
+                        SubmitError)
 
 
 @contextlib.contextmanager
@@ -142,25 +145,14 @@ def sbatch_test_only_command(args: list[str] | None = None) -> list[str]:
     return ["sbatch", "--test-only", *(args or [])]
 
 
-def sbatch_test_only(
-    script_text: str,
-    args: list[str] | None = None,
-    workdir: str | os.PathLike[str] | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 60,
-    script_args: list[str] | None = None,
-) -> str:
+def sbatch_test_only(script_text: str, args: list[str] | None = None, workdir: PathArg = None,
+                     env: dict[str, str] | None = None, timeout: float = 60,
+                     script_args: list[str] | None = None) -> str:
     """Slurm's verdict on a script (``sbatch: Job N to start at ...``), which sbatch prints
     on stderr even on success; a refusal raises SubmitError quoting sbatch verbatim."""
-    if script_args:
-        with _script_file(script_text) as path:
-            proc = _execute([*sbatch_test_only_command(args), path, *script_args], timeout,
-                            None, env, workdir, SubmitError)
-    else:
-        proc = _execute(sbatch_test_only_command(args), timeout, script_text, env, workdir,
-                        SubmitError)
+    proc = _sbatch_run(sbatch_test_only_command(args), script_text, workdir, env, timeout,
+                       script_args)
     return (proc.stderr + proc.stdout).strip()
-
 
 
 def parse_show_oneliner(line: str) -> dict[str, str]:
@@ -286,6 +278,47 @@ def accounting_job(job_id: str, env: dict[str, str] | None = None,
     return rows[-1] if rows else None
 
 
+# sacctmgr(1) "LIST/SHOW EVENT" fields of a node event; Reason last: it may hold '|'.
+NODE_EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "User", "Reason")
+
+
+def node_events_command(start: dt.datetime, end: dt.datetime,
+                        nodes: str | None = None) -> list[str]:
+    """``sacctmgr -n -P list events Event=Node``: node events overlapping [start, end]
+    (local time, as sacctmgr reads and prints it), of the hostlist ``nodes`` or all."""
+    return ["sacctmgr", "-n", "-P", "list", "events", "Event=Node",
+            f"Start={start:%Y-%m-%dT%H:%M:%S}", f"End={end:%Y-%m-%dT%H:%M:%S}",
+            "Format=" + ",".join(NODE_EVENT_FIELDS), *([f"Nodes={nodes}"] if nodes else [])]
+
+
+def node_events(start: dt.datetime, end: dt.datetime, nodes: str | None = None,
+                env: dict[str, str] | None = None,
+                timeout: float = 60) -> list[dict[str, str]]:
+    """slurmdbd's node events (drains, downs, their reasons and ends) as rows keyed by
+    ``NODE_EVENT_FIELDS``; a cluster without slurmdbd raises SlurmCommandError quoting
+    sacctmgr."""
+    return parse_sacct_rows(run(node_events_command(start, end, nodes), timeout=timeout,
+                                env=env), NODE_EVENT_FIELDS)
+
+
+def add_cluster(name: str, env: dict[str, str] | None = None) -> None:
+    """``sacctmgr -i add cluster NAME``; a cluster slurmdbd already knows is no error."""
+    proc = _execute(["sacctmgr", "-i", "add", "cluster", name], 30, None, env, None,
+                    SlurmCommandError, check=False)
+    if proc.returncode != 0 and "already exists" not in proc.stdout + proc.stderr:
+        raise SlurmCommandError(f"sacctmgr add cluster failed: {proc.stderr.strip()}")
+
+
+def accounting_answers(env: dict[str, str] | None = None, timeout: float = 20) -> bool:
+    """Whether slurmdbd answers sacctmgr (``show cluster``) now."""
+    try:
+        run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], env=env,
+            timeout=timeout)
+    except SlurmCommandError:
+        return False
+    return True
+
+
 def scancel_command(job_id: str, cluster: str | None = None,
                     signal: str | None = None) -> list[str]:
     """``scancel [--clusters=C] [--signal=SIG] ID``: without a signal the job ends."""
@@ -299,13 +332,23 @@ def cancel(job_id: str, cluster: str | None = None, signal: str | None = None,
     run(scancel_command(job_id, cluster, signal), env=env)
 
 
-def update_node(name: str, env: dict[str, str] | None = None, **fields: str) -> None:
-    """``scontrol update NodeName=<name> Key=Value ...``; each value is one argv item.
+def update_command(kind: str, name: str, fields: dict[str, str]) -> list[str]:
+    """``scontrol update <Kind>=<name> Key=Value ...`` (``NodeName``, ``JobId``); each value
+    is one argv item and no shell is involved, so a reason with spaces or quotes stays data
+    and a value starting with '-' is never an option (it follows ``update``)."""
+    return ["scontrol", "update", f"{kind}={name}", *(f"{k}={v}" for k, v in fields.items())]
 
-    No shell is involved, so a reason with spaces or quotes stays data.
-    """
-    run(["scontrol", "update", f"NodeName={name}", *(f"{k}={v}" for k, v in fields.items())],
-        env=env)
+
+def update_node(name: str, env: dict[str, str] | None = None, **fields: str) -> None:
+    """``scontrol update NodeName=<name> Key=Value ...`` (State, Reason ...)."""
+    run(update_command("NodeName", name, fields), env=env)
+
+
+def update_job(target: str, env: dict[str, str] | None = None, **fields: str) -> None:
+    """``scontrol update JobId=<job> Key=Value ...``; an array task is
+    ``<array id>_<task id>``. Slurm refuses some keys on a running job (ExcNodeList: "Job is
+    no longer pending execution"), which raises SlurmCommandError quoting it."""
+    run(update_command("JobId", target, fields), env=env)
 
 
 def requeue(target: str, env: dict[str, str] | None = None) -> None:
@@ -316,7 +359,7 @@ def requeue(target: str, env: dict[str, str] | None = None) -> None:
 
 def sbatch_file(path: str, args: list[str], env: dict[str, str] | None = None) -> JobId:
     """``sbatch --parsable ARGS PATH``: submit a script that is a file (a chained successor)."""
-    return parse_parsable_jobid(run(["sbatch", "--parsable", *args, path], env=env,
+    return parse_parsable_jobid(run([*sbatch_command(args), path], env=env,
                                     error=SubmitError))
 
 

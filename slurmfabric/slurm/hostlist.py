@@ -544,17 +544,3 @@ def expand_counts(spec: str) -> list[int]:
     for value, times in _count_items(spec):
         out.extend([value] * times)
     return out
-
-
-def count_at(spec: str, node_index: int) -> int:
-    """The count for the node at ``node_index`` without expanding the whole list."""
-    if node_index < 0:
-        raise UsageError(f"node index {node_index} is negative")
-    seen = 0
-    for value, times in _count_items(spec):
-        seen += times
-        if node_index < seen:
-            return value
-    raise UsageError(
-        f"count list {spec!r} covers {seen} nodes; node index {node_index} is past its end"
-    )

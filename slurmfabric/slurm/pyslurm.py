@@ -8,7 +8,7 @@ for another libslurm fails to load, or loads and sends structures of the wrong l
 
 What a release line's ``JobSubmitDescription`` cannot send the way sbatch does is refused
 (``unsupported``), never dropped: a job submitted through pyslurm must reach slurmctld as
-the sbatch job of the same config does (tests/cluster/test_pyslurm_parity.py compares
+the sbatch job of the same config does (tests/cluster/test_pyslurm_cluster.py compares
 ``scontrol show job`` field by field).
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from slurmfabric.errors import SlurmCommandError, SubmitError, UsageError
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 HINT = ("build pyslurm from the tag of this Slurm's release line (docs/launch.md, "
         "\"The pyslurm backend\"), or use --backend sbatch")
@@ -70,7 +70,7 @@ def load() -> Any:
     version = installed_version()
     if version is None:
         raise PyslurmError("pyslurm is not installed", hint=HINT)
-    check_version(version, slurmcmd.slurm_version())
+    check_version(version, cmd.slurm_version())
     try:
         import pyslurm  # noqa: PLC0415 - optional (GPL), imported on first use on purpose
     except Exception as exc:  # a missing libslurm.so.N fails in its own ways

@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-from slurmfabric.errors import SlurmfabricError
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.errors import SlurmCommandError, SlurmfabricError
+from slurmfabric.slurm import cmd
 from slurmfabric.testbed import containers
 from slurmfabric.testbed.config import (
     DB_NAME,
@@ -109,11 +109,11 @@ class Testbed:
             )
         log(f"installing {' '.join(packages)} with apt-get ...")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        for cmd in (["apt-get", "update", "-qq"],
+        for argv in (["apt-get", "update", "-qq"],
                     ["apt-get", "install", "-y", "-qq", *packages]):
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
-                raise TestbedError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+                raise TestbedError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-500:]}")
         still = self.missing_binaries(self.s.accounting)
         if still:
             raise TestbedError(f"still missing after apt-get: {', '.join(still)}")
@@ -283,7 +283,7 @@ class Testbed:
             return
         self._prepare_dirs()
         self._write_files()
-        slurmcmd.reconfigure(env=self.env())
+        cmd.reconfigure(env=self.env())
         time.sleep(1.0)  # slurmd rereads asynchronously
         log(f"testbed slurm.conf updated and reread: {self.s.conf_path}")
 
@@ -293,8 +293,8 @@ class Testbed:
         last = ""
         while time.monotonic() < deadline:
             try:
-                out = slurmcmd.run(slurmcmd.SINFO_NODE_STATES, env=self.env(), timeout=10)
-                states = slurmcmd.parse_node_states(out)
+                out = cmd.run(cmd.SINFO_NODE_STATES, env=self.env(), timeout=10)
+                states = cmd.parse_node_states(out)
                 last = out.strip()
                 if states and all(states.get(n) == "idle" for n in self.s.node_names):
                     return
@@ -308,10 +308,10 @@ class Testbed:
 
     def resume_all(self) -> list[str]:
         """Return every drained or down node to service (a clean slate for a test session)."""
-        stuck = [name for name, state in slurmcmd.node_states(env=self.env()).items()
+        stuck = [name for name, state in cmd.node_states(env=self.env()).items()
                  if not state.startswith(("idle", "alloc", "mix", "comp"))]
         for name in stuck:
-            slurmcmd.update_node(name, env=self.env(), State="RESUME")
+            cmd.update_node(name, env=self.env(), State="RESUME")
         return stuck
 
     def status(self) -> str:
@@ -319,7 +319,7 @@ class Testbed:
         lines = [f"SLURM_CONF={self.s.conf_path}"]
         lines.append(f"daemons running: {len(alive)}/{len(self.expected_keys())}")
         if alive:
-            lines.append(slurmcmd.sinfo_summary(env=self.env()).rstrip())
+            lines.append(cmd.sinfo_summary(env=self.env()).rstrip())
         return "\n".join(lines)
 
     # -- internals -----------------------------------------------------------------------
@@ -445,43 +445,41 @@ class Testbed:
             pids["slurmdbd"] = self._spawn(["slurmdbd", "-D"], "slurmdbd")
             self._write_pids(pids)
             wait_for(self._dbd_answers, 60, "slurmdbd")
-            proc = subprocess.run(["sacctmgr", "-i", "add", "cluster", s.cluster_name],
-                                  capture_output=True, text=True, env=self.env())
-            if proc.returncode != 0 and "already exists" not in proc.stdout + proc.stderr:
-                raise TestbedError(f"sacctmgr add cluster failed: {proc.stderr.strip()}")
+            try:
+                cmd.add_cluster(s.cluster_name, env=self.env())
+            except SlurmCommandError as exc:
+                raise TestbedError(str(exc)) from None
 
     def _dbd_answers(self) -> bool:
-        proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
-                              capture_output=True, text=True, env=self.env(), timeout=20)
-        return proc.returncode == 0
+        return cmd.accounting_answers(env=self.env())
 
     def _start_munged(self) -> int:
         d = self.s.state_dir / "munge"
-        cmd = [
+        argv = [
             "munged", "-F", f"--socket={self.s.munge_socket}", f"--key-file={d / 'munge.key'}",
             f"--pid-file={d / 'munged.pid'}", f"--log-file={d / 'munged.log'}",
             f"--seed-file={d / 'munged.seed'}",
         ]
         if os.geteuid() == 0:
-            cmd = ["setpriv", "--reuid=munge", "--regid=munge", "--clear-groups", *cmd]
-        return self._spawn(cmd, "munged")
+            argv = ["setpriv", "--reuid=munge", "--regid=munge", "--clear-groups", *argv]
+        return self._spawn(argv, "munged")
 
-    def _spawn(self, cmd: list[str], logname: str, env: dict[str, str] | None = None) -> int:
+    def _spawn(self, argv: list[str], logname: str, env: dict[str, str] | None = None) -> int:
         """Start a daemon in its own session so it outlives this process; keep its output."""
         logfile = self.s.state_dir / "log" / f"{logname}.out"
         try:
             with open(logfile, "ab") as out:
                 proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True, env=env or self.env(), cwd=self.s.state_dir,
                 )
         except FileNotFoundError as exc:
-            raise TestbedError(f"{cmd[0]} not found", hint="apt-get install slurm-wlm munge") \
+            raise TestbedError(f"{argv[0]} not found", hint="apt-get install slurm-wlm munge") \
                 from exc
         time.sleep(0.05)
         if proc.poll() is not None:
             tail = logfile.read_text()[-800:]
-            raise TestbedError(f"{cmd[0]} exited at once (code {proc.returncode}): {tail}")
+            raise TestbedError(f"{argv[0]} exited at once (code {proc.returncode}): {tail}")
         return proc.pid
 
 

@@ -16,17 +16,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import bench_fleet  # the drills: benchmarks/ is on sys.path through tests/conftest.py
 import pytest
 
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 from slurmfabric.testbed import default_state_dir
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_fleet  # noqa: E402 - the drills, from the benchmarks directory just added
 
 pytestmark = pytest.mark.cluster
 RESULTS: list[bench_fleet.DrillResult] = []
@@ -62,7 +59,7 @@ def fleet(request):
 
 
 def _reason(testbed, node: str) -> str:
-    return slurmcmd.node_reason(slurmcmd.node(node, env=testbed.env())).rsplit(" [", 1)[0]
+    return cmd.node_reason(cmd.node(node, env=testbed.env())).rsplit(" [", 1)[0]
 
 
 def test_fleet_wide_faults_drain_at_most_the_breaker_limit(fleet, tmp_path) -> None:
@@ -129,7 +126,7 @@ def test_a_lemon_node_stays_drained_and_shows_in_the_fleet_history(fleet, tmp_pa
     def wait_drained(timeout: float = 90) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            record = slurmcmd.node(lemon, env=env)
+            record = cmd.node(lemon, env=env)
             if "DRAIN" in record.get("State", ""):
                 return _reason(fleet, lemon)
             time.sleep(0.5)
@@ -147,17 +144,17 @@ def test_a_lemon_node_stays_drained_and_shows_in_the_fleet_history(fleet, tmp_pa
         bench_fleet._reconfigure(fleet, f"Prolog={wrapper}\n")
         for attempt in (1, 2, 3):
             config(fault=True)
-            job = slurmcmd.sbatch("#!/bin/sh\ntrue\n", ["-N", "1", "-w", lemon, "-t", "5",
+            job = cmd.sbatch("#!/bin/sh\ntrue\n", ["-N", "1", "-w", lemon, "-t", "5",
                                                          "-o", "/dev/null"],
                                   workdir=work, env=env).job_id
             reason = wait_drained()
             # slurmctld requeues the job for the failed prolog (and would drain the node
             # itself, "Prolog error", if it were not drained yet): let that land first.
             deadline = time.monotonic() + 60
-            while slurmcmd.job(job, env=env).get("Restarts", "0") == "0":
-                assert time.monotonic() < deadline, slurmcmd.job(job, env=env)
+            while cmd.job(job, env=env).get("Restarts", "0") == "0":
+                assert time.monotonic() < deadline, cmd.job(job, env=env)
                 time.sleep(0.5)
-            slurmcmd.run(["scancel", job], env=env)
+            cmd.run(["scancel", job], env=env)
             if attempt < 3:
                 assert reason == ECC, (attempt, reason)
                 config(fault=False)  # repaired: the checks pass, our resume takes it back
@@ -175,10 +172,10 @@ def test_a_lemon_node_stays_drained_and_shows_in_the_fleet_history(fleet, tmp_pa
                                   env={**run_env, "SLURMD_NODENAME": lemon},
                                   capture_output=True, text=True, timeout=120)
         assert periodic.returncode == 0, periodic.stderr  # passes, and yet: auto_resume no
-        assert "DRAIN" in slurmcmd.node(lemon, env=env)["State"] and \
+        assert "DRAIN" in cmd.node(lemon, env=env)["State"] and \
             _reason(fleet, lemon) == reason
         others = [n for n in fleet.s.node_names if n != lemon]
-        assert not any("DRAIN" in slurmcmd.node(n, env=env)["State"] for n in others)
+        assert not any("DRAIN" in cmd.node(n, env=env)["State"] for n in others)
 
         prom = work / "fleet.prom"
         deadline = time.monotonic() + 60
@@ -200,6 +197,6 @@ def test_a_lemon_node_stays_drained_and_shows_in_the_fleet_history(fleet, tmp_pa
 
         out = cli("resume", "--node", lemon, "--config", str(cfg), "--clear-lemon")
         assert f"{lemon}: resumed (was: slurmfabric: gpu.ecc: lemon: drained 3" in out.stdout
-        assert "DRAIN" not in slurmcmd.node(lemon, env=env)["State"]
+        assert "DRAIN" not in cmd.node(lemon, env=env)["State"]
     finally:
         bench_fleet.settle(fleet)

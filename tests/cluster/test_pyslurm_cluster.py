@@ -18,7 +18,7 @@ import pytest
 from testbed_cluster import Cluster
 
 from slurmfabric.config import load_config
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 from slurmfabric.slurm import pyslurm as slurm_pyslurm
 
 pytestmark = pytest.mark.cluster
@@ -108,7 +108,7 @@ _OWN_ID = ("StdOut", "StdErr", "StdIn")  # paths whose file name may hold the jo
 def _record(cluster: Cluster, job_id: str) -> dict[str, str]:
     """The job as slurmctld holds it; its own id in its file names (StdOut=...-%j.out) made
     'JOBID' (only in the file name: the directory may hold the same digits)."""
-    record = slurmcmd.job(job_id, env=cluster.env)
+    record = cmd.job(job_id, env=cluster.env)
     for key in _OWN_ID:
         folder, slash, name = record.get(key, "").rpartition("/")
         record[key] = folder + slash + re.sub(rf"(?<!\d){job_id}(?!\d)", "JOBID", name)
@@ -228,7 +228,7 @@ def test_real_pyslurm_against_another_slurm_is_refused_in_one_line(cluster: Clus
     pyslurm never imported."""
     version = slurm_pyslurm.installed_version()
     line = slurm_pyslurm.release_line(version or "")
-    assert line == slurmcmd.slurm_version(cluster.env)[:2], "build-pyslurm.sh built another"
+    assert line == cmd.slurm_version(cluster.env)[:2], "build-pyslurm.sh built another"
     other = "22.05.8" if line == (24, 11) else "24.11.1"
     fake_bin = REPO / "tests" / "fixtures" / "pyslurm" / "bin"
     queue = ["squeue", "-h", "-o", "%i"]

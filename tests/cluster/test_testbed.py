@@ -71,11 +71,11 @@ def test_separate_testbed_up_and_down_leaves_no_daemon(cluster: Cluster):
     try:
         assert elapsed < 60
         env = tb.env()
-        from slurmfabric.slurm import cmd as slurmcmd
+        from slurmfabric.slurm import cmd
 
-        out = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env)
+        out = cmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env)
         # one line per node and partition (debug, debug-urgent): the same state in each
-        assert slurmcmd.parse_node_states(out) == {"sfx1": "idle", "sfx2": "idle"}
+        assert cmd.parse_node_states(out) == {"sfx1": "idle", "sfx2": "idle"}
         assert len(out.splitlines()) == 4
         pids = dict(tb.running())
         assert len(pids) == 4  # munged, slurmctld, 2 slurmd

@@ -135,8 +135,7 @@ def test_a_pair_sweep_names_the_degraded_cable_ib_audit_finds(
     4X cable allows (written by the test double: ibsim carries no traffic), and with the
     simulated fabric's own ibnetdiscover output the report names sfn02's cable, its leaf
     port and the perfquery that reads it."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import fakebw
+    import fakebw  # tests/: on sys.path through tests/conftest.py
 
     topology = tmp_path / "topology.ibnet"
     topology.write_text(faulty.run_tool(["ibnetdiscover"]))

@@ -12,7 +12,7 @@ import pytest
 from slurmfabric import cli
 from slurmfabric.config import load_config
 from slurmfabric.job.follow import Job, load_records, submit_job
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 SETS = ["launcher.type=srun", "job.nodes=2", "job.ntasks_per_node=1",
         'program.command=["hostname"]', "launcher.slurmfabric=slurmfabric"]
@@ -26,19 +26,19 @@ def slurm(mocker, monkeypatch, tmp_path, clean_sf_env):
     monkeypatch.setenv("SLURMFABRIC_JOBS_DIR", str(tmp_path / "records"))
     calls: list[list[str]] = []
 
-    def run(cmd, **_kw):
-        calls.append(list(cmd))
-        out = {"sbatch": "4243;c1\n", "scontrol": RUNNING}.get(cmd[0], "")
-        return subprocess.CompletedProcess(cmd, 0, out, "")
+    def run(argv, **_kw):
+        calls.append(list(argv))
+        out = {"sbatch": "4243;c1\n", "scontrol": RUNNING}.get(argv[0], "")
+        return subprocess.CompletedProcess(argv, 0, out, "")
 
-    mocker.patch.object(slurmcmd.subprocess, "run", side_effect=run)
+    mocker.patch.object(cmd.subprocess, "run", side_effect=run)
     return calls
 
 
 def test_the_parsed_id_prints_with_its_cluster() -> None:
-    parsed = slurmcmd.parse_parsable_jobid("4243;c1\n")
+    parsed = cmd.parse_parsable_jobid("4243;c1\n")
     assert (parsed.job_id, parsed.cluster, str(parsed)) == ("4243", "c1", "4243;c1")
-    assert str(slurmcmd.parse_parsable_jobid("4244\n")) == "4244"
+    assert str(cmd.parse_parsable_jobid("4244\n")) == "4244"
 
 
 def test_cli_submit_prints_records_and_lists_the_cluster(slurm, tmp_path, capsys) -> None:
@@ -83,5 +83,5 @@ def test_jobs_status_and_cancel_show_the_cluster(slurm, capsys) -> None:
 
 
 def test_time_left_can_ask_another_cluster(slurm) -> None:
-    slurmcmd.time_left("4243", cluster="c1")
+    cmd.time_left("4243", cluster="c1")
     assert slurm[-1] == ["squeue", "--clusters=c1", "-h", "-j", "4243", "-o", "%L"]

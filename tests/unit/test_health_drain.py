@@ -190,7 +190,7 @@ def fake_pyslurm(mocker, nodes: dict[str, tuple[str, str | None]], down: bool = 
     mocker.patch.dict(sys.modules, {"pyslurm": mod})
     # the version check (slurm/pyslurm.py) passes: a 25.11 pyslurm on Slurm 25.11
     mocker.patch.object(slurm_pyslurm, "installed_version", return_value="25.11.2")
-    mocker.patch.object(slurm_pyslurm.slurmcmd, "slurm_version", return_value=(25, 11, 1))
+    mocker.patch.object(slurm_pyslurm.cmd, "slurm_version", return_value=(25, 11, 1))
     return mod
 
 

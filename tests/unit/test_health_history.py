@@ -12,14 +12,21 @@ import sys
 from pathlib import Path
 
 from slurmfabric.health import history
+from slurmfabric.slurm import cmd
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "health" / "history" / \
     "sacctmgr_events_22.05.txt"
 NOW = dt.datetime(2026, 12, 2, 15, 0, 0).timestamp()
 
 
+def recorded_events() -> list[history.Event]:
+    """The recording through the Slurm layer's parser, as the command reads it."""
+    return history.parse_events(cmd.parse_sacct_rows(FIXTURE.read_text(),
+                                                     cmd.NODE_EVENT_FIELDS))
+
+
 def test_events_are_drains_only_and_sorted() -> None:
-    events = history.parse_events(FIXTURE.read_text())
+    events = recorded_events()
     assert [(e.node, e.by) for e in events] == [
             ("fln5", "slurmfabric"), ("fln6", "admin"), ("fln7", "slurmfabric"),
             ("fln7", "slurmfabric"), ("fln7", "slurmfabric"), ("fln8", "slurm")]
@@ -28,7 +35,7 @@ def test_events_are_drains_only_and_sorted() -> None:
 
 
 def test_summary_counts_undos_flaps_resumes_and_lemons() -> None:
-    nodes = history.summarize(history.parse_events(FIXTURE.read_text()), NOW, undo_s=30)
+    nodes = history.summarize(recorded_events(), NOW, undo_s=30)
     fln5, fln6, fln7, fln8 = (nodes[n] for n in ("fln5", "fln6", "fln7", "fln8"))
     assert (fln5.drains, fln5.undone, fln5.flaps) == (0, 1, 0)  # the breaker-style 1 s drain
     assert (fln6.drains, fln6.resumes, fln6.by, fln6.drained_now) == (1, 1, {"admin": 1}, False)
@@ -37,12 +44,12 @@ def test_summary_counts_undos_flaps_resumes_and_lemons() -> None:
     assert fln7.lemon and fln7.drained_now
     assert (fln8.by, fln8.lemon, fln8.drained_now) == ({"slurm": 1}, False, True)
     # with a shorter undo window the 2 s drain counts as a drain, and so as a flap
-    assert history.summarize(history.parse_events(FIXTURE.read_text()), NOW,
+    assert history.summarize(recorded_events(), NOW,
                              undo_s=1)["fln7"].flaps == 2
 
 
 def test_text_json_and_prometheus() -> None:
-    events = history.parse_events(FIXTURE.read_text())
+    events = recorded_events()
     nodes = history.summarize(events, NOW)
     text = history.as_text(events, nodes, NOW - 3600, NOW, NOW, 30)
     lines = text.splitlines()
@@ -78,7 +85,7 @@ def test_command_reads_sacctmgr_and_writes_the_textfile(tmp_path) -> None:
     assert json.loads(out.stdout)["lemons"] == ["fln7"]
     argv = (tmp_path / "argv").read_text().split()
     assert argv[:5] == ["-n", "-P", "list", "events", "Event=Node"]
-    assert "Nodes=fln[5-8]" in argv and argv[-2] == "Format=" + ",".join(history.FIELDS)
+    assert "Nodes=fln[5-8]" in argv and argv[-2] == "Format=" + ",".join(cmd.NODE_EVENT_FIELDS)
     start = dt.datetime.fromisoformat(argv[5].split("=", 1)[1])
     end = dt.datetime.fromisoformat(argv[6].split("=", 1)[1])
     assert abs((end - start).total_seconds() - 48 * 3600) <= 1

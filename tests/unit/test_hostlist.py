@@ -116,9 +116,6 @@ def test_compress_like_scontrol_show_hostlist(names, expected):
 
 def test_tasks_per_node_counts():
     assert hostlist.expand_counts("2(x3),1") == [2, 2, 2, 1]
-    assert [hostlist.count_at("2(x3),1", i) for i in range(4)] == [2, 2, 2, 1]
-    with pytest.raises(UsageError, match="past its end"):
-        hostlist.count_at("2(x3),1", 4)
     for bad in ["2(x)", "2(x3", "x", "", "2(3)"]:
         with pytest.raises(UsageError, match="invalid count list"):
             hostlist.expand_counts(bad)

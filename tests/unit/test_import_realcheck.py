@@ -1,7 +1,7 @@
 """The parts of the real-Slurm check (job/importer/realcheck.py) that need no cluster: what
 is neutralised in a request, how torchrun command lines are read, and how two recorded
 runs are compared. The check itself runs on the testbed in
-tests/cluster/test_import_realcheck_cluster.py and tests/cluster/test_import_corpus.py."""
+tests/cluster/test_import_corpus.py."""
 
 from __future__ import annotations
 

@@ -176,14 +176,14 @@ def test_matrix_is_symmetric_and_svg_has_labels():
     assert "a" in texts and "note <x>" in texts and "n/a" in texts
 
 
-def test_submit_dry_run_prints_script_and_submit_uses_slurmcmd(tmp_path, capsys, mocker):
+def test_submit_dry_run_prints_script_and_submit_uses_slurm_cmd(tmp_path, capsys, mocker):
     res = tmp_path / "r"
     assert cmd.main(["submit", "--nodes", "sfn[1-4]", "--results", str(res), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "sbatch --parsable" in out and "all_reduce_perf -b 1G -e 8G" in out
     assert not res.exists()
-    from slurmfabric.slurm import cmd as slurmcmd
-    sb = mocker.patch.object(slurmcmd, "sbatch", return_value=slurmcmd.JobId("42"))
+    from slurmfabric.slurm import cmd as slurm_cmd
+    sb = mocker.patch.object(slurm_cmd, "sbatch", return_value=slurm_cmd.JobId("42"))
     assert cmd.main(["submit", "--nodes", "sfn[1-3]", "--results", str(res)]) == 0
     assert "submitted job 42" in capsys.readouterr().out
     script = sb.call_args.args[0]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cleanenv import clean_env
+from flightdump import fr_dump
 
 from slurmfabric.progress import diagnose, flight
 from slurmfabric.progress.collect import pyspy_path
@@ -148,22 +149,8 @@ def test_a_killed_rank_is_gone_and_the_srun_step_is_one_overlap_step():
     result = diagnose.analyse("5", records)
     assert [(c["rank"], c["host"], c["pid"], c["state"]) for c in result.culprits] == [
         (1, "n1", 77, "gone")]
-    argv = diagnose.collector_argv("5", "c2")
-    assert argv[:4] == ["srun", "--overlap", "--jobid=5", "--clusters=c2"]
-    assert "--ntasks-per-node=1" in argv and argv[argv.index("--") + 2:][:3] == [
-        "-m", "slurmfabric.progress.collect", "5"]
     line = json.dumps(records[0])
     assert diagnose.parse_output(f"0: {line}\nnoise\n{line}") == [records[0], records[0]]
-
-
-def fr_dump(seq: int, state: str = "completed") -> dict:
-    """A dump in the shape torch/distributed/flight_recorder/components/loader.py reads."""
-    return {"version": "2.10", "pg_config": {}, "entries": [
-        {"record_id": i, "process_group": ("0", "default_pg"), "collective_seq_id": i,
-         "p2p_seq_id": 0, "profiling_name": "nccl:all_reduce", "state": state if i == seq
-         else "completed", "frames": [{"name": "train", "filename": "train.py", "line": 9}],
-         "input_sizes": [[4]], "output_sizes": [[4]], "is_p2p": False}
-        for i in range(1, seq + 1)]}
 
 
 def test_flight_recorder_dumps_name_the_rank_behind_and_refuse_code(tmp_path):
@@ -351,3 +338,28 @@ def test_loader_workers_are_not_ranks_and_a_deep_stall_is_named(ranks, tmp_path)
     result = diagnose.analyse(job, records)
     assert [(c["rank"], c["pid"]) for c in result.culprits] == [(2, procs[2].pid)]
     assert result.culprits[0]["frame"].startswith("stall (progress_rank.py:")
+
+
+def test_diagnose_runs_one_overlap_step_through_a_real_srun_binary(tmp_path):
+    """Fake scontrol and srun on PATH (no cluster here): the step gets the job's node count
+    from scontrol, one task per node, the cluster, and the collector after '--'; a failed
+    task's non-zero exit still returns what the other nodes printed."""
+    record = {"kind": "rank", "rank": 0, "pid": 10, "host": "n0", "state": "R", "world": "1",
+              "threads": []}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\necho 'JobId=5 JobName=train JobState=RUNNING NumNodes=3 NumCPUs=6'\n")
+    (bin_dir / "srun").write_text(
+        f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {tmp_path}/argv\n"
+        f"echo '0: {json.dumps(record)}'\necho 'srun: error: n2: task 2: Exited' >&2\nexit 1\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    result = diagnose.diagnose("5", cluster="c2", env=env, timeout=30)
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[:4] == ["--overlap", "--jobid=5", "--clusters=c2", "--nodes=3"]
+    assert "--ntasks=3" in argv and "--ntasks-per-node=1" in argv
+    assert argv[argv.index("--") + 1:] == [sys.executable, "-m",
+                                           "slurmfabric.progress.collect", "5"]
+    assert [view.rank for view in result.ranks] == [0]

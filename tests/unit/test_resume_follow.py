@@ -6,7 +6,7 @@ import pytest
 
 from slurmfabric.errors import SlurmCommandError
 from slurmfabric.restart import follow
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 
 
 def script(monkeypatch: pytest.MonkeyPatch, answers: dict[str, list[dict[str, str]]]) -> None:
@@ -15,7 +15,7 @@ def script(monkeypatch: pytest.MonkeyPatch, answers: dict[str, list[dict[str, st
         seen = answers[job_id]
         return seen.pop(0) if len(seen) > 1 else seen[0]
 
-    monkeypatch.setattr(slurmcmd, "job", job)
+    monkeypatch.setattr(cmd, "job", job)
 
 
 def test_a_preempted_job_that_slurm_requeues_is_followed_to_its_end(monkeypatch, tmp_path):
@@ -23,7 +23,7 @@ def test_a_preempted_job_that_slurm_requeues_is_followed_to_its_end(monkeypatch,
                                {"JobState": "PENDING"}, {"JobState": "RUNNING"},
                                {"JobState": "COMPLETED", "ExitCode": "0:0"}]})
     last, record = follow.wait_run("7", str(tmp_path), timeout=10, poll=0)
-    assert (last, slurmcmd.job_state(record["JobState"])) == ("7", "COMPLETED")
+    assert (last, cmd.job_state(record["JobState"])) == ("7", "COMPLETED")
 
 
 def test_a_preempted_job_that_stays_so_ends_the_wait(monkeypatch, tmp_path):

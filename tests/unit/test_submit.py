@@ -19,7 +19,7 @@ from slurmfabric import cli
 from slurmfabric.config import load_config
 from slurmfabric.errors import SubmitError, UsageError
 from slurmfabric.job.submit import build_request, pyslurm_fields, resolve_backend, submit
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 from slurmfabric.slurm import pyslurm as slurm_pyslurm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,13 +41,13 @@ def config():
     return load_config(sets=SETS)
 
 
-def completed(cmd, rc=0, out="", err=""):
-    return subprocess.CompletedProcess(cmd, rc, out, err)
+def completed(argv, rc=0, out="", err=""):
+    return subprocess.CompletedProcess(argv, rc, out, err)
 
 
 @pytest.fixture
 def no_subprocess(mocker):
-    return mocker.patch.object(slurmcmd.subprocess, "run",
+    return mocker.patch.object(cmd.subprocess, "run",
                                side_effect=AssertionError("a dry run ran a command"))
 
 
@@ -66,19 +66,19 @@ def test_dry_run_shows_exact_command_and_script(config, no_subprocess) -> None:
     ("4245+0\n", "4245+0"), ("sbatch: warning: can't honor --mem\n4246\n", "4246"),
 ])
 def test_sbatch_backend_parses_parsable_output(config, mocker, stdout, job_id) -> None:
-    run = mocker.patch.object(slurmcmd.subprocess, "run",
-                              side_effect=lambda cmd, **kw: completed(cmd, out=stdout))
+    run = mocker.patch.object(cmd.subprocess, "run",
+                              side_effect=lambda argv, **kw: completed(argv, out=stdout))
     request = build_request(config, workdir="/tmp")
     assert submit(request) == job_id
-    (cmd,), kwargs = run.call_args
-    assert cmd == ["sbatch", "--parsable"]
+    (argv,), kwargs = run.call_args
+    assert argv == ["sbatch", "--parsable"]
     assert kwargs["input"] == request.script and kwargs["cwd"] == "/tmp"
 
 
 def test_sbatch_error_is_quoted_verbatim(config, mocker) -> None:
     err = "sbatch: error: Batch job submission failed: Invalid partition name specified\n"
-    mocker.patch.object(slurmcmd.subprocess, "run",
-                        side_effect=lambda cmd, **kw: completed(cmd, rc=1, err=err))
+    mocker.patch.object(cmd.subprocess, "run",
+                        side_effect=lambda argv, **kw: completed(argv, rc=1, err=err))
     with pytest.raises(SubmitError) as info:
         submit(build_request(config))
     assert err.strip() in str(info.value)
@@ -87,8 +87,8 @@ def test_sbatch_error_is_quoted_verbatim(config, mocker) -> None:
 def test_test_only_uses_sbatch_and_returns_slurms_verdict(config, mocker) -> None:
     verdict = ("sbatch: Job 12 to start at 2026-01-01T00:00:00 using 16 processors on nodes "
                "sfn[1-2] in partition debug")
-    run = mocker.patch.object(slurmcmd.subprocess, "run",
-                              side_effect=lambda cmd, **kw: completed(cmd, err=verdict + "\n"))
+    run = mocker.patch.object(cmd.subprocess, "run",
+                              side_effect=lambda argv, **kw: completed(argv, err=verdict + "\n"))
     request = build_request(config, test_only=True, backend="pyslurm")
     assert request.backend == "sbatch"
     assert submit(request) == verdict
@@ -107,7 +107,7 @@ def _dist_info(where: Path, version: str) -> Path:
 def fake_pyslurm(monkeypatch, tmp_path):
     """The stand-in pyslurm (tests/fixtures/pyslurm/fake) on sys.path with its distribution
     metadata, and a stand-in scontrol on PATH whose --version the real
-    slurmcmd.slurm_version parses. Returns a function that sets both versions and gives the
+    cmd.slurm_version parses. Returns a function that sets both versions and gives the
     file the submitted fields land in."""
     monkeypatch.syspath_prepend(str(PYSLURM_FIXTURES / "fake"))
     monkeypatch.delitem(sys.modules, "pyslurm", raising=False)
@@ -252,7 +252,7 @@ def test_auto_backend(monkeypatch, fake_pyslurm, mocker) -> None:
     config; a dry run decides without asking Slurm."""
     smoke = load_config(REPO / "examples" / "smoke-cpu.toml")
     h100 = load_config(REPO / "examples" / "h100-fsdp.toml")
-    mocker.patch.object(slurmcmd.subprocess, "run",
+    mocker.patch.object(cmd.subprocess, "run",
                         side_effect=AssertionError("a dry run asked Slurm"))
     with monkeypatch.context() as patch:
         patch.setattr(slurm_pyslurm, "installed_version", lambda: None)
@@ -276,14 +276,14 @@ def test_pyslurm_refuses_unmappable_extra_lines(mocker) -> None:
 
 def test_cli_dry_run_and_submit(mocker, capsys, tmp_path) -> None:
     args = ["submit", *(x for s in SETS for x in ("--set", s))]
-    mocker.patch.object(slurmcmd.subprocess, "run",
+    mocker.patch.object(cmd.subprocess, "run",
                         side_effect=AssertionError("dry run must not run commands"))
     assert cli.main([*args, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "# command: sbatch --parsable < SCRIPT" in out and "#SBATCH --nodes=2" in out
     assert "# Re-render: slurmfabric render --set launcher.type=srun" in out
-    mocker.patch.object(slurmcmd.subprocess, "run",
-                        side_effect=lambda cmd, **kw: completed(cmd, out="99;c1\n"))
+    mocker.patch.object(cmd.subprocess, "run",
+                        side_effect=lambda argv, **kw: completed(argv, out="99;c1\n"))
     assert cli.main(args) == 0
     assert capsys.readouterr().out == "99;c1\n"  # the cluster is kept (issue 31)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmfabric.slurm import cmd as slurmcmd
+from slurmfabric.slurm import cmd
 from slurmfabric.testbed import Settings, hosts_block, merge_hosts, render_slurm_conf
 from slurmfabric.testbed.config import current_block, render_cgroup_conf
 
@@ -22,7 +22,7 @@ def settings_lines(text: str) -> list[str]:
     ("slurm24", ["CgroupPlugin=disabled"]),  # 24.11 slurmd exits without a cgroup tree
 ])
 def test_cgroup_conf_follows_recorded_slurmd_version(version, expected):
-    found = slurmcmd.parse_version((FIXTURES / version / "slurmd_V.txt").read_text())
+    found = cmd.parse_version((FIXTURES / version / "slurmd_V.txt").read_text())
     text = render_cgroup_conf(found)
     assert settings_lines(text) == expected
     assert ".".join(map(str, found)) in text.splitlines()[0]

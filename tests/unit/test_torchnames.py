@@ -176,11 +176,10 @@ def test_diagnose_reads_dumps_written_under_either_name(tmp_path: Path, monkeypa
     old (a script of its own, an older torch); the collector reads both ranks' dumps."""
     import pickle
 
+    from flightdump import fr_dump
+
     from slurmfabric.progress import collect as collector
     from slurmfabric.progress import flight
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_progress_diagnose import fr_dump
 
     monkeypatch.setattr(collector, "pyspy_path", lambda: None)
     job = str(900000 + os.getpid() % 99999)
