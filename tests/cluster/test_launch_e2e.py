@@ -217,9 +217,13 @@ def build_mpi_probe(base: Path) -> Path:
 def mpi_sets(cluster: Cluster, root: Path, fabric: str) -> list[str]:
     # Open MPI's shared-memory transport segfaults across virtual nodes of one host, and
     # OpenMPI refuses to run as root (jobs run as root here) without these two variables.
+    # The TCP transport stays on loopback, where every virtual node is: over the host's own
+    # NIC, Open MPI 4.1's non-blocking connect() sometimes failed with EINPROGRESS and the
+    # rank segfaulted (a CI run, srun --mpi=pmix: "connect() to 192.0.2.2:1029 failed").
     return sets_args("job.nodes=2", "job.ntasks_per_node=2",
                      f"job.partition={cluster.partition}", "job.time=5",
                      "program.env.OMPI_MCA_btl=self,tcp",
+                     "program.env.OMPI_MCA_btl_tcp_if_include=lo",
                      "program.env.OMPI_ALLOW_RUN_AS_ROOT=1",
                      "program.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
                      f"program.env.SLURMFABRIC_SYSFS_ROOT={root}", f"fabric.type={fabric}")

@@ -146,6 +146,7 @@ def test_mpirun_script_grows_with_sbatch_N(cluster: Cluster, tmp_path: Path,
         "launcher.type=mpirun", "job.nodes=1", "job.ntasks_per_node=2",
         f"job.partition={cluster.partition}", "job.time=5", "fabric.type=tcp",
         "launcher.check_nodes=false", "program.env.OMPI_MCA_btl=self,tcp",
+        "program.env.OMPI_MCA_btl_tcp_if_include=lo",  # as test_launch_e2e.mpi_sets says
         "program.env.OMPI_ALLOW_RUN_AS_ROOT=1", "program.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
         f"program.command=[{json.dumps(str(mpi_binary))}]"), "-o", str(script)], check=False)
     assert proc.returncode == 0, proc.stderr
